@@ -1,0 +1,43 @@
+"""Command line: `python -m utils.tiny --out DIR [--seed N] [--draft-vocab-size N] ...`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from utils.files import folder_size
+from utils.tiny.pair import TinyPairConfig, build_tiny_pair
+
+
+def main(argv: list[str] | None = None) -> int:
+    defaults = TinyPairConfig()
+    parser = argparse.ArgumentParser(prog="python -m utils.tiny", description=__doc__)
+    parser.add_argument("--out", required=True, help="folder that receives target/ and draft/")
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--tokenizer-vocab-size", type=int, default=defaults.tokenizer_vocab_size)
+    parser.add_argument("--vocab-size", type=int, default=None, help="target embedding rows (default: padded)")
+    parser.add_argument("--draft-vocab-size", type=int, default=defaults.draft_vocab_size)
+    parser.add_argument("--block-size", type=int, default=defaults.block_size)
+    parser.add_argument("--target-layer-ids", type=int, nargs="+", default=list(defaults.target_layer_ids))
+    parser.add_argument("--markov-rank", type=int, default=defaults.markov_rank)
+    parser.add_argument("--overwrite", action="store_true", help="rebuild even if DIR holds a pair")
+    args = parser.parse_args(argv)
+    try:
+        config = TinyPairConfig(
+            seed=args.seed, tokenizer_vocab_size=args.tokenizer_vocab_size, vocab_size=args.vocab_size,
+            draft_vocab_size=args.draft_vocab_size, block_size=args.block_size,
+            target_layer_ids=tuple(args.target_layer_ids), markov_rank=args.markov_rank,
+        )
+        pair = build_tiny_pair(args.out, config, overwrite=args.overwrite)
+    except (ValueError, FileExistsError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    verb = f"built in {pair.seconds:.1f} s" if pair.seconds else "already built"
+    print(f"tiny pair {verb}: {pair.root}")
+    for part in (pair.target, pair.draft):
+        print(f"  {part.name:<7} {folder_size(part) / 1e6:6.2f} MB  {part}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Options and the one entry point that builds the tiny target + draft pair."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from utils.files import atomic_directory
+
+__all__ = ["TinyPairConfig", "TinyPair", "build_tiny_pair", "BUILD_STAMP"]
+
+BUILD_STAMP = "tiny-pair.json"
+
+
+@dataclass(frozen=True)
+class TinyPairConfig:
+    """Sizes of the tiny pair. Defaults mirror the real pair's shape at toy scale.
+
+    The real target has 24 text layers (every 4th full attention) and a 248,320-row embedding for a
+    248,100-token vocabulary; its draft reads layers [3, 7, 11, 15, 19] and predicts 114,688 tokens (46%).
+    """
+
+    seed: int = 0
+    tokenizer_vocab_size: int = 1000  # trained BPE size, special tokens included (the draft's input vocabulary)
+    vocab_size: int | None = None  # target embedding rows; default: tokenizer size rounded up to 64
+    draft_vocab_size: int = 448
+    block_size: int = 8
+    target_layer_ids: tuple[int, ...] = (1, 3, 5)
+    markov_rank: int = 16
+    hidden_size: int = 64
+    num_hidden_layers: int = 8
+    full_attention_interval: int = 4
+    draft_num_layers: int = 2
+    initializer_range: float = 0.1
+    eos_scale: float = 2.0
+    patch_size: int = 14
+    scale_resolution: int = 112
+    max_slice_nums: int = 4
+    mask_token: str = field(default="<|mask|>")
+
+    def __post_init__(self):
+        object.__setattr__(self, "target_layer_ids", tuple(int(i) for i in self.target_layer_ids))
+        if self.vocab_size is None:
+            object.__setattr__(self, "vocab_size", -(-self.tokenizer_vocab_size // 64) * 64)
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ValueError naming the option that cannot make a valid pair."""
+        def fail(message):
+            raise ValueError(f"TinyPairConfig: {message}")
+
+        if self.tokenizer_vocab_size < 300:
+            fail(f"tokenizer_vocab_size={self.tokenizer_vocab_size} must be >= 300 (256 bytes + special tokens)")
+        if self.vocab_size < self.tokenizer_vocab_size:
+            fail(f"vocab_size={self.vocab_size} must be >= tokenizer_vocab_size={self.tokenizer_vocab_size}")
+        if not 1 <= self.draft_vocab_size < self.tokenizer_vocab_size:
+            fail(f"draft_vocab_size={self.draft_vocab_size} must be in [1, {self.tokenizer_vocab_size - 1}]: "
+                 f"a pruned draft predicts part of the target vocabulary (tokenizer_vocab_size)")
+        if self.block_size < 2:
+            fail(f"block_size={self.block_size} must be >= 2 (the anchor and at least one mask position)")
+        if not self.target_layer_ids:
+            fail("target_layer_ids must not be empty")
+        if len(set(self.target_layer_ids)) != len(self.target_layer_ids):
+            fail(f"target_layer_ids={list(self.target_layer_ids)} repeats a layer")
+        for layer_id in self.target_layer_ids:
+            if not 0 <= layer_id < self.num_hidden_layers - 1:
+                fail(f"target layer id {layer_id} is out of range [0, {self.num_hidden_layers - 2}] "
+                     f"(the last layer's output is normed in HF hidden_states, so it is not offered)")
+        if self.markov_rank < 1:
+            fail(f"markov_rank={self.markov_rank} must be >= 1")
+        if self.hidden_size % 4 or self.hidden_size < 16:
+            fail(f"hidden_size={self.hidden_size} must be a multiple of 4 and >= 16 (4 attention heads)")
+        if self.draft_num_layers < 1:
+            fail(f"draft_num_layers={self.draft_num_layers} must be >= 1")
+        if not 1 <= self.full_attention_interval <= self.num_hidden_layers:
+            fail(f"full_attention_interval={self.full_attention_interval} must be in [1, {self.num_hidden_layers}]")
+
+    def to_json(self) -> dict:
+        return {key: (list(value) if isinstance(value, tuple) else value)
+                for key, value in dataclasses.asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class TinyPair:
+    """Where a built tiny pair lives."""
+
+    root: Path
+    config: TinyPairConfig
+    seconds: float = 0.0
+
+    @property
+    def target(self) -> Path:
+        return self.root / "target"
+
+    @property
+    def draft(self) -> Path:
+        return self.root / "draft"
+
+
+def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, overwrite: bool = False) -> TinyPair:
+    """Builds the tiny MiniCPM-OCR target and its tiny DSpark draft into `out/target` and `out/draft`, offline.
+
+    Deterministic for a config (same seed, same files, same hashes). An existing pair built with the same
+    config is reused; one built with another config is an error unless `overwrite`. The whole pair is written
+    atomically, so an interrupted build leaves no folder that looks valid.
+
+    Args:
+        out: folder that receives `target/`, `draft/` and the build stamp.
+        config: sizes and seed; defaults to `TinyPairConfig()`.
+        overwrite: rebuild even if `out` holds a pair.
+    """
+    from utils.tiny.draft import build_tiny_draft
+    from utils.tiny.target import build_tiny_target
+    from utils.tiny.tokenizer import train_tokenizer
+
+    config = config or TinyPairConfig()
+    out = Path(out)
+    stamp = out / BUILD_STAMP
+    if stamp.exists() and not overwrite:
+        built = json.loads(stamp.read_text())
+        if built == config.to_json():
+            return TinyPair(out, config)
+        raise FileExistsError(f"{out} holds a tiny pair built with other options ({stamp}); "
+                              f"pass overwrite=True or choose another folder")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out} is not empty and holds no tiny pair; choose an empty folder")
+
+    start = time.perf_counter()
+    with atomic_directory(out, overwrite=True) as staging:
+        tokenizer = train_tokenizer(config.tokenizer_vocab_size)
+        (staging / "target").mkdir()
+        (staging / "draft").mkdir()
+        build_tiny_target(config, tokenizer, staging / "target")
+        build_tiny_draft(config, tokenizer, staging / "draft")
+        (staging / BUILD_STAMP).write_text(json.dumps(config.to_json(), indent=2) + "\n")
+    return TinyPair(out, config, seconds=time.perf_counter() - start)

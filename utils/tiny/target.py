@@ -1,0 +1,101 @@
+"""The tiny MiniCPM-OCR target: same classes and hybrid text layers as the real model, random weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["build_tiny_target"]
+
+
+def _text_config(spec, tokenizer) -> dict:
+    interval = spec.full_attention_interval
+    layer_types = [
+        "full_attention" if (index + 1) % interval == 0 else "linear_attention"
+        for index in range(spec.num_hidden_layers)
+    ]
+    return {
+        "model_type": "qwen3_5_text",
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": 2 * spec.hidden_size,
+        "num_hidden_layers": spec.num_hidden_layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": spec.hidden_size // 4,
+        "max_position_embeddings": 8192,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                            "mrope_section": [2, 1, 1]},
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 16,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "layer_types": layer_types,
+        "initializer_range": spec.initializer_range,
+        "tie_word_embeddings": True,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
+def _vision_config(spec) -> dict:
+    return {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "patch_size": spec.patch_size,
+        "initializer_range": spec.initializer_range,
+    }
+
+
+def build_tiny_target(spec, tokenizer, out: Path) -> None:
+    """Writes a random `MiniCPMOcrForConditionalGeneration`, its processor and tokenizer into `out`.
+
+    Args:
+        spec: a `TinyPairConfig` (sizes, seed, initialisation).
+        tokenizer: the trained tokenizer (`train_tokenizer`).
+        out: an empty folder.
+    """
+    import torch
+    from transformers import (GenerationConfig, MiniCPMOcrConfig, MiniCPMOcrForConditionalGeneration,
+                              MiniCPMOcrImageProcessor, MiniCPMOcrProcessor, MiniCPMOcrVideoProcessor)
+
+    config = MiniCPMOcrConfig(
+        text_config=_text_config(spec, tokenizer),
+        vision_config=_vision_config(spec),
+        image_token_id=tokenizer.image_token_id,
+        video_token_id=tokenizer.video_token_id,
+        insert_layer_id=0,
+        initializer_range=spec.initializer_range,
+    )
+    torch.manual_seed(spec.seed)
+    model = MiniCPMOcrForConditionalGeneration(config).eval()
+    _make_answers_end(model, tokenizer.eos_token_id, spec.eos_scale)
+
+    resolution = spec.scale_resolution
+    processor = MiniCPMOcrProcessor(
+        image_processor=MiniCPMOcrImageProcessor(scale_resolution=resolution, max_slice_nums=spec.max_slice_nums,
+                                                 patch_size=spec.patch_size),
+        video_processor=MiniCPMOcrVideoProcessor(scale_resolution=resolution, max_slice_nums=1,
+                                                 patch_size=spec.patch_size),
+        tokenizer=tokenizer,
+    )
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=False
+    )
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+
+
+def _make_answers_end(model, eos_token_id: int, scale: float) -> None:
+    """Scales the EOS row of the tied embedding so that greedy answers of the random model end after a while.
+
+    A random model almost never picks EOS; a real OCR model stops when the page is read. Scaling one row
+    of the tied `lm_head` raises the EOS logit where it is already positive, so some answers end early and
+    others run to `max_new_tokens`, which is what the tests of EOS handling need.
+    """
+    import torch
+
+    with torch.no_grad():
+        model.get_input_embeddings().weight[eos_token_id] *= scale

@@ -1,0 +1,74 @@
+"""A real byte-level BPE tokenizer for the tiny target, trained offline on text shipped with the suite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["CORPUS_PATH", "SPECIAL_TOKENS", "MULTIMODAL_TOKENS", "EOS_TOKEN", "PAD_TOKEN", "MASK_TOKEN",
+           "CHAT_TEMPLATE", "train_tokenizer"]
+
+CORPUS_PATH = Path(__file__).with_name("corpus.txt")
+
+EOS_TOKEN = "<|im_end|>"
+PAD_TOKEN = "<|endoftext|>"
+MASK_TOKEN = "<|mask|>"
+
+# Named special tokens the MiniCPM-OCR processor reads from the tokenizer (`tokenizer.image_token`, ...).
+MULTIMODAL_TOKENS = {
+    "image_token": "<|image_pad|>",
+    "video_token": "<|video_pad|>",
+    "image_start_token": "<image>",
+    "image_end_token": "</image>",
+    "slice_start_token": "<slice>",
+    "slice_end_token": "</slice>",
+    "image_id_start_token": "<image_id>",
+    "image_id_end_token": "</image_id>",
+}
+
+SPECIAL_TOKENS = [PAD_TOKEN, "<|im_start|>", EOS_TOKEN, "<think>", "</think>", MASK_TOKEN,
+                  *MULTIMODAL_TOKENS.values()]
+
+# Qwen-style chat turns; an image item becomes one image placeholder, which the processor expands.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for item in message['content'] %}"
+    "{% if item['type'] == 'image' %}<|image_pad|>{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}"
+    "<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def train_tokenizer(vocab_size: int, *, corpus_path: Path = CORPUS_PATH):
+    """Trains a byte-level BPE on the shipped corpus and wraps it as a transformers tokenizer.
+
+    Args:
+        vocab_size: size of the trained vocabulary, special tokens included.
+        corpus_path: the text to learn merges from.
+
+    Returns:
+        A `transformers.TokenizersBackend` with the chat template, EOS/pad and the multimodal special tokens.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import TokenizersBackend
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(corpus_path.read_text(encoding="utf-8").splitlines(keepends=True), trainer)
+    return TokenizersBackend(
+        tokenizer_object=bpe,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        extra_special_tokens=dict(MULTIMODAL_TOKENS),
+        chat_template=CHAT_TEMPLATE,
+    )
