@@ -11,7 +11,7 @@ from safetensors.numpy import load_file
 from utils.files import sha256_file
 from utils.tiny import TinyPairConfig, build_tiny_pair
 from utils.tiny.__main__ import main as tiny_cli
-from utils.tiny.draft import DRAFT_WEIGHTS, EXPORT_AUDIT, LAYER_TENSORS, LOCAL_TO_TARGET
+from utils.draft.checkpoint import DRAFT_WEIGHTS, EXPORT_AUDIT, LAYER_TENSORS, LOCAL_TO_TARGET
 from utils.tiny.tokenizer import MULTIMODAL_TOKENS
 
 PAIR_TOP_LEVEL_TENSORS = {
@@ -189,3 +189,12 @@ def test_command_line_builds_and_rejects_bad_options(tmp_path, capsys):
     assert tiny_cli(["--out", str(tmp_path / "bad"), "--draft-vocab-size", "4000"]) == 2
     assert "draft_vocab_size=4000" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_pair_from_an_older_builder_is_rebuilt(tmp_path):
+    pair = build_tiny_pair(tmp_path / "pair")
+    stamp = pair.root / "tiny-pair.json"
+    old = json.loads(stamp.read_text()) | {"builder_version": 0}
+    stamp.write_text(json.dumps(old))
+    assert build_tiny_pair(tmp_path / "pair").seconds > 0
+    assert json.loads(stamp.read_text())["builder_version"] != 0

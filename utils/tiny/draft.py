@@ -14,58 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from utils.draft.checkpoint import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, draft_tensor_shapes
+from utils.draft.config import DSparkConfig
 from utils.files import sha256_file
 
-__all__ = ["DRAFT_WEIGHTS", "LOCAL_TO_TARGET", "EXPORT_AUDIT", "LAYER_TENSORS", "draft_tensor_shapes",
-           "sample_draft_vocabulary", "build_tiny_draft"]
-
-DRAFT_WEIGHTS = "model.safetensors"
-LOCAL_TO_TARGET = "local-to-target.json"
-EXPORT_AUDIT = "export-audit.json"
-
-# The 11 tensors of one draft layer (a Qwen3 decoder layer with q/k norm).
-LAYER_TENSORS = (
-    "input_layernorm.weight", "post_attention_layernorm.weight",
-    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-    "self_attn.q_norm.weight", "self_attn.k_norm.weight",
-    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-)
-
-
-def draft_tensor_shapes(config: dict) -> dict[str, tuple[int, ...]]:
-    """Name -> shape of every tensor a DSpark checkpoint with this (flattened) config holds."""
-    hidden, head_dim = config["hidden_size"], config["head_dim"]
-    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
-    inter, rank = config["intermediate_size"], config["markov_rank"]
-    draft_vocab = config["draft_vocab_size"]
-    per_layer = {
-        "input_layernorm.weight": (hidden,),
-        "post_attention_layernorm.weight": (hidden,),
-        "self_attn.q_proj.weight": (heads * head_dim, hidden),
-        "self_attn.k_proj.weight": (kv_heads * head_dim, hidden),
-        "self_attn.v_proj.weight": (kv_heads * head_dim, hidden),
-        "self_attn.o_proj.weight": (hidden, heads * head_dim),
-        "self_attn.q_norm.weight": (head_dim,),
-        "self_attn.k_norm.weight": (head_dim,),
-        "mlp.gate_proj.weight": (inter, hidden),
-        "mlp.up_proj.weight": (inter, hidden),
-        "mlp.down_proj.weight": (hidden, inter),
-    }
-    shapes = {f"layers.{i}.{name}": shape for i in range(config["num_hidden_layers"])
-              for name, shape in per_layer.items()}
-    shapes.update({
-        "fc.weight": (hidden, len(config["target_layer_ids"]) * hidden),
-        "hidden_norm.weight": (hidden,),
-        "norm.weight": (hidden,),
-        "lm_head.weight": (draft_vocab, hidden),
-        "markov_head.markov_w1.weight": (config["vocab_size"], rank),
-        "markov_head.markov_w2.weight": (draft_vocab, rank),
-        "confidence_head.proj.weight": (1, hidden + rank),
-        "confidence_head.proj.bias": (1,),
-        "d2t": (draft_vocab,),
-    })
-    return shapes
-
+__all__ = ["sample_draft_vocabulary", "build_tiny_draft"]
 
 def sample_draft_vocabulary(rng: np.random.Generator, *, vocab_size: int, draft_vocab_size: int,
                             eos_token_id: int) -> np.ndarray:
@@ -131,11 +84,10 @@ def build_tiny_draft(spec, tokenizer, out: Path) -> None:
 
     input_vocab_size = len(tokenizer)
     config = _draft_config(spec, tokenizer, input_vocab_size)
-    flat = {**config, **config["dflash_config"]}
     rng = np.random.default_rng(spec.seed + 1)
     target_ids = sample_draft_vocabulary(rng, vocab_size=input_vocab_size, draft_vocab_size=spec.draft_vocab_size,
                                          eos_token_id=tokenizer.eos_token_id)
-    tensors = _random_weights(draft_tensor_shapes(flat), rng, spec.initializer_range)
+    tensors = _random_weights(draft_tensor_shapes(DSparkConfig.from_dict(config)), rng, spec.initializer_range)
     tensors["d2t"] = target_ids - np.arange(spec.draft_vocab_size, dtype=np.int64)
 
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")

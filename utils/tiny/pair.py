@@ -13,6 +13,7 @@ from utils.files import atomic_directory
 __all__ = ["TinyPairConfig", "TinyPair", "build_tiny_pair", "BUILD_STAMP"]
 
 BUILD_STAMP = "tiny-pair.json"
+BUILDER_VERSION = 2  # bump when the builder's output changes, so pairs built by older code are rebuilt
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,14 @@ class TinyPairConfig:
         if not 1 <= self.full_attention_interval <= self.num_hidden_layers:
             fail(f"full_attention_interval={self.full_attention_interval} must be in [1, {self.num_hidden_layers}]")
 
-    def to_json(self) -> dict:
+    def options(self) -> dict:
+        """Every option, JSON-ready."""
         return {key: (list(value) if isinstance(value, tuple) else value)
                 for key, value in dataclasses.asdict(self).items()}
+
+    def to_json(self) -> dict:
+        """The build stamp: the options and the builder version."""
+        return self.options() | {"builder_version": BUILDER_VERSION}
 
 
 @dataclass(frozen=True)
@@ -123,9 +129,12 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, ov
         built = json.loads(stamp.read_text())
         if built == config.to_json():
             return TinyPair(out, config)
-        raise FileExistsError(f"{out} holds a tiny pair built with other options ({stamp}); "
-                              f"pass overwrite=True or choose another folder")
-    if out.exists() and any(out.iterdir()) and not overwrite:
+        built.pop("builder_version", None)
+        if built != config.options():
+            raise FileExistsError(f"{out} holds a tiny pair built with other options ({stamp}); "
+                                  f"pass overwrite=True or choose another folder")
+        # same options, built by an older builder: rebuilt below
+    elif out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} is not empty and holds no tiny pair; choose an empty folder")
 
     start = time.perf_counter()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 __all__ = ["build_tiny_target"]
@@ -71,7 +72,8 @@ def build_tiny_target(spec, tokenizer, out: Path) -> None:
     )
     torch.manual_seed(spec.seed)
     model = MiniCPMOcrForConditionalGeneration(config).eval()
-    _make_answers_end(model, tokenizer.eos_token_id, spec.eos_scale)
+    _shape_output_rows(model, eos_token_id=tokenizer.eos_token_id, eos_scale=spec.eos_scale,
+                       tokenizer_size=len(tokenizer))
 
     resolution = spec.scale_resolution
     processor = MiniCPMOcrProcessor(
@@ -84,18 +86,37 @@ def build_tiny_target(spec, tokenizer, out: Path) -> None:
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=False
     )
-    model.save_pretrained(out)
+    with _quiet_progress_bars():
+        model.save_pretrained(out)
     processor.save_pretrained(out)
 
 
-def _make_answers_end(model, eos_token_id: int, scale: float) -> None:
-    """Scales the EOS row of the tied embedding so that greedy answers of the random model end after a while.
+@contextlib.contextmanager
+def _quiet_progress_bars():
+    """Hides transformers' one-shard 'Writing model shards' bar: the tiny build reports its own result."""
+    from transformers.utils import logging
 
-    A random model almost never picks EOS; a real OCR model stops when the page is read. Scaling one row
-    of the tied `lm_head` raises the EOS logit where it is already positive, so some answers end early and
-    others run to `max_new_tokens`, which is what the tests of EOS handling need.
+    enabled = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            logging.enable_progress_bar()
+
+
+def _shape_output_rows(model, *, eos_token_id: int, eos_scale: float, tokenizer_size: int) -> None:
+    """Makes the random model's greedy answers behave like a real OCR model's, through its tied embedding.
+
+    - The EOS row is scaled by `eos_scale`: a random model almost never picks EOS, while a real one stops when
+      the page is read. The scaled row raises the EOS logit where it is already positive, so some answers end
+      early and others run to `max_new_tokens`, which is what the tests of EOS handling need.
+    - The padding rows beyond the tokenizer (the embedding is rounded up, as the real model's 248,320 rows for
+      248,100 tokens) are zeroed, so their logit is 0 and the model does not emit ids that no tokenizer knows.
     """
     import torch
 
     with torch.no_grad():
-        model.get_input_embeddings().weight[eos_token_id] *= scale
+        table = model.get_input_embeddings().weight
+        table[eos_token_id] *= eos_scale
+        table[tokenizer_size:] = 0.0

@@ -1,0 +1,156 @@
+"""Loading and validating DSpark draft folders: every broken copy of the tiny draft gets a clear error."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from utils.draft.checkpoint import (DRAFT_WEIGHTS, LOCAL_TO_TARGET, TargetSpec, check_draft_fits_target,
+                                    load_draft_checkpoint)
+from utils.draft.config import DraftValidationError, DSparkConfig
+
+
+@pytest.fixture
+def draft_copy(tiny_pair, tmp_path):
+    """A writable copy of the tiny draft folder."""
+    return shutil.copytree(tiny_pair.draft, tmp_path / "draft")
+
+
+def _edit_config(folder, edit):
+    config = json.loads((folder / "config.json").read_text())
+    edit(config)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def _edit_tensors(folder, edit):
+    tensors = load_file(str(folder / DRAFT_WEIGHTS))
+    edit(tensors)
+    save_file(tensors, str(folder / DRAFT_WEIGHTS))
+
+
+def test_tiny_draft_loads_and_maps_d2t_to_absolute_ids(tiny_pair):
+    checkpoint = load_draft_checkpoint(tiny_pair.draft)
+    assert checkpoint.config.is_pruned
+    assert checkpoint.target_ids.tolist() == json.loads((tiny_pair.draft / LOCAL_TO_TARGET).read_text())
+    assert checkpoint.config.markov_top_k == min(64, checkpoint.config.draft_vocab_size)
+    check_draft_fits_target(checkpoint, TargetSpec.from_folder(tiny_pair.target))
+
+
+def test_flat_and_nested_configs_read_the_same(tiny_pair):
+    nested = json.loads((tiny_pair.draft / "config.json").read_text())
+    flat = {key: value for key, value in nested.items() if key != "dflash_config"} | nested["dflash_config"]
+    assert DSparkConfig.from_dict(flat) == DSparkConfig.from_dict(nested)
+
+
+def test_a_field_with_two_values_is_an_error(tiny_pair):
+    config = json.loads((tiny_pair.draft / "config.json").read_text())
+    config["block_size"] = 99
+    config["dflash_config"]["block_size"] = 8
+    with pytest.raises(DraftValidationError, match="'block_size' is 99 at top level but 8 in dflash_config"):
+        DSparkConfig.from_dict(config)
+
+
+def test_bf16_checkpoints_are_read(draft_copy):
+    import torch
+    from safetensors.torch import load_file as load_torch, save_file as save_torch
+
+    tensors = load_torch(str(draft_copy / DRAFT_WEIGHTS))
+    halved = {name: (t if name == "d2t" else t.to(torch.bfloat16)) for name, t in tensors.items()}
+    save_torch(halved, str(draft_copy / DRAFT_WEIGHTS))
+    checkpoint = load_draft_checkpoint(draft_copy)
+    expected = halved["lm_head.weight"].float().numpy()
+    assert np.array_equal(checkpoint.tensors["lm_head.weight"], expected)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c.update(draft_vocab_size=5000), r"config.json: draft_vocab_size=5000 must be in \[1, vocab_size=1000\]"),
+    (lambda c: c.update(draft_vocab_size=0), r"draft_vocab_size=0 must be in \[1"),
+    (lambda c: c.update(architectures=["LlamaForCausalLM"]), "not a DSpark draft"),
+    (lambda c: c.pop("block_size"), "field 'block_size' is missing"),
+    (lambda c: c["dflash_config"].update(markov_head_type="gated"), "markov_head_type='gated' is not supported"),
+    (lambda c: c["dflash_config"].update(mask_token_id=4000), "mask_token_id=4000 is outside"),
+    (lambda c: c.update(intermediate_size=100), "tensor 'layers.0.mlp.gate_proj.weight' has shape"),
+])
+def test_broken_config_is_rejected_naming_the_field(draft_copy, edit, message):
+    _edit_config(draft_copy, edit)
+    with pytest.raises(DraftValidationError, match=message):
+        load_draft_checkpoint(draft_copy)
+
+
+@pytest.mark.parametrize("tensor", ["lm_head.weight", "d2t"])
+def test_pruned_draft_without_lm_head_or_d2t_is_an_error(draft_copy, tensor):
+    _edit_tensors(draft_copy, lambda tensors: tensors.pop(tensor))
+    with pytest.raises(DraftValidationError, match=f"tensor '{tensor}' is missing.*pruned vocabulary"):
+        load_draft_checkpoint(draft_copy)
+
+
+def test_d2t_that_disagrees_with_local_to_target_is_an_error(draft_copy):
+    listed = json.loads((draft_copy / LOCAL_TO_TARGET).read_text())
+    listed[7], listed[8] = listed[8], listed[7]
+    (draft_copy / LOCAL_TO_TARGET).write_text(json.dumps(listed))
+    with pytest.raises(DraftValidationError, match="disagrees with local-to-target.json at draft token 7"):
+        load_draft_checkpoint(draft_copy)
+
+
+def test_absolute_d2t_is_caught_by_local_to_target(draft_copy):
+    absolute = json.loads((draft_copy / LOCAL_TO_TARGET).read_text())
+    _edit_tensors(draft_copy, lambda tensors: tensors.update(d2t=np.asarray(absolute, dtype=np.int64)))
+    with pytest.raises(DraftValidationError, match="d2t"):
+        load_draft_checkpoint(draft_copy)
+
+
+def test_d2t_outside_the_vocabulary_is_an_error(draft_copy):
+    def push_out(tensors):
+        tensors["d2t"][3] = 10_000
+
+    _edit_tensors(draft_copy, push_out)
+    with pytest.raises(DraftValidationError, match=r"d2t\[3\] maps draft token 3 to target id .* outside"):
+        load_draft_checkpoint(draft_copy)
+
+
+def test_d2t_that_repeats_a_target_id_is_an_error(draft_copy):
+    def repeat(tensors):
+        tensors["d2t"][1] = tensors["d2t"][0] - 1  # draft token 1 -> the same target id as draft token 0
+
+    _edit_tensors(draft_copy, repeat)
+    with pytest.raises(DraftValidationError, match="maps several draft tokens to target id"):
+        load_draft_checkpoint(draft_copy)
+
+
+def test_wrong_tensor_shape_is_an_error(draft_copy):
+    _edit_tensors(draft_copy, lambda t: t.update({"fc.weight": np.zeros((64, 10), dtype=np.float32)}))
+    with pytest.raises(DraftValidationError, match=r"tensor 'fc.weight' has shape \(64, 10\)"):
+        load_draft_checkpoint(draft_copy)
+
+
+def test_unknown_tensor_is_an_error(draft_copy):
+    _edit_tensors(draft_copy, lambda t: t.update({"layers.9.mlp.up_proj.weight": np.zeros(3, dtype=np.float32)}))
+    with pytest.raises(DraftValidationError, match="unexpected tensors"):
+        load_draft_checkpoint(draft_copy)
+
+
+def test_pickle_checkpoints_are_not_loaded(draft_copy):
+    (draft_copy / DRAFT_WEIGHTS).rename(draft_copy / "pytorch_model.bin")
+    with pytest.raises(DraftValidationError, match="must be safetensors.*pytorch_model.bin"):
+        load_draft_checkpoint(draft_copy)
+
+
+def test_missing_local_to_target_is_an_error_for_a_pruned_draft(draft_copy):
+    (draft_copy / LOCAL_TO_TARGET).unlink()
+    with pytest.raises(DraftValidationError, match="local-to-target.json: not found"):
+        load_draft_checkpoint(draft_copy)
+
+
+@pytest.mark.parametrize("target, message", [
+    (TargetSpec(hidden_size=128, vocab_size=1024, num_hidden_layers=8), "hidden_size=64 but the target's is 128"),
+    (TargetSpec(hidden_size=64, vocab_size=512, num_hidden_layers=8), "vocab_size=1000 exceeds the target's 512"),
+    (TargetSpec(hidden_size=64, vocab_size=1024, num_hidden_layers=4), "target layer id 3 is out of range"),
+])
+def test_draft_for_another_target_is_rejected(tiny_pair, target, message):
+    checkpoint = load_draft_checkpoint(tiny_pair.draft)
+    with pytest.raises(DraftValidationError, match=message):
+        check_draft_fits_target(checkpoint, target)

@@ -1,0 +1,148 @@
+"""The DSpark draft's `config.json`, read flat or with fields nested under `dflash_config`.
+
+The published openbmb/MiniCPM-OCR-1.0-DSpark nests target layer ids, the mask token and the Markov rank
+under `dflash_config`; DeepSpec writes them flat. Both are accepted; a field given in both places with two
+values is an error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["DRAFT_CONFIG", "DSparkConfig", "DraftValidationError"]
+
+DRAFT_CONFIG = "config.json"
+_NESTABLE = ("target_layer_ids", "mask_token_id", "block_size", "markov_rank", "markov_head_type",
+             "enable_confidence_head", "confidence_head_with_markov")
+
+
+class DraftValidationError(ValueError):
+    """A draft folder that cannot be used as it is: the message names the file, the field and what was expected."""
+
+
+@dataclass(frozen=True)
+class DSparkConfig:
+    """What the reference draft, the exporter and the runtime need from a DSpark `config.json`."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    vocab_size: int  # input vocabulary: what `markov_w1` and the mask/anchor ids index
+    draft_vocab_size: int  # what `lm_head` predicts; < vocab_size means a pruned vocabulary
+    block_size: int
+    target_layer_ids: tuple[int, ...]
+    mask_token_id: int
+    markov_rank: int
+    markov_head_type: str
+    enable_confidence_head: bool
+    confidence_head_with_markov: bool
+    attention_bias: bool = False
+    hidden_act: str = "silu"
+
+    @property
+    def is_pruned(self) -> bool:
+        """True when the draft predicts only part of the target vocabulary (and so needs `lm_head` and `d2t`)."""
+        return self.draft_vocab_size < self.vocab_size
+
+    @property
+    def markov_top_k(self) -> int:
+        """K of the Top-K candidate scorer: at most one candidate per draft token."""
+        return min(64, self.draft_vocab_size)
+
+    @classmethod
+    def from_dict(cls, raw: dict, *, source: str = DRAFT_CONFIG) -> "DSparkConfig":
+        """Reads a config dict (flat or nested) and checks every field the draft depends on."""
+        fields = _flatten(raw, source)
+
+        def need(name):
+            if name not in fields:
+                raise DraftValidationError(f"{source}: field '{name}' is missing")
+            return fields[name]
+
+        architectures = fields.get("architectures") or []
+        if architectures and "DSpark" not in architectures[0]:
+            raise DraftValidationError(f"{source}: architectures={architectures} is not a DSpark draft "
+                                       f"(expected ['Qwen3DSparkModel'])")
+        hidden = int(need("hidden_size"))
+        heads = int(need("num_attention_heads"))
+        rope_theta = fields.get("rope_theta", (fields.get("rope_parameters") or {}).get("rope_theta", 1e6))
+        vocab_size = int(need("vocab_size"))
+        config = cls(
+            hidden_size=hidden,
+            intermediate_size=int(need("intermediate_size")),
+            num_hidden_layers=int(need("num_hidden_layers")),
+            num_attention_heads=heads,
+            num_key_value_heads=int(fields.get("num_key_value_heads", heads)),
+            head_dim=int(fields.get("head_dim") or hidden // heads),
+            rms_norm_eps=float(fields.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(rope_theta),
+            vocab_size=vocab_size,
+            draft_vocab_size=int(fields.get("draft_vocab_size", vocab_size)),
+            block_size=int(need("block_size")),
+            target_layer_ids=tuple(int(i) for i in need("target_layer_ids")),
+            mask_token_id=int(need("mask_token_id")),
+            markov_rank=int(fields.get("markov_rank", 0)),
+            markov_head_type=str(fields.get("markov_head_type", "vanilla")),
+            enable_confidence_head=bool(fields.get("enable_confidence_head", False)),
+            confidence_head_with_markov=bool(fields.get("confidence_head_with_markov", False)),
+            attention_bias=bool(fields.get("attention_bias", False)),
+            hidden_act=str(fields.get("hidden_act", "silu")),
+        )
+        config._validate(source)
+        return config
+
+    @classmethod
+    def from_folder(cls, folder: Path | str) -> "DSparkConfig":
+        """Reads `folder/config.json`."""
+        path = Path(folder) / DRAFT_CONFIG
+        if not path.is_file():
+            raise DraftValidationError(f"{path}: not found; a DSpark draft folder holds config.json")
+        try:
+            raw = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            raise DraftValidationError(f"{path}: not valid JSON ({error})") from error
+        return cls.from_dict(raw, source=str(path))
+
+    def _validate(self, source: str) -> None:
+        def fail(message):
+            raise DraftValidationError(f"{source}: {message}")
+
+        if self.vocab_size < 1:
+            fail(f"vocab_size={self.vocab_size} must be positive")
+        if not 1 <= self.draft_vocab_size <= self.vocab_size:
+            fail(f"draft_vocab_size={self.draft_vocab_size} must be in [1, vocab_size={self.vocab_size}]")
+        if self.block_size < 1:
+            fail(f"block_size={self.block_size} must be >= 1")
+        if not self.target_layer_ids:
+            fail("target_layer_ids must not be empty")
+        if len(set(self.target_layer_ids)) != len(self.target_layer_ids):
+            fail(f"target_layer_ids={list(self.target_layer_ids)} repeats a layer")
+        if not 0 <= self.mask_token_id < self.vocab_size:
+            fail(f"mask_token_id={self.mask_token_id} is outside the vocabulary [0, {self.vocab_size})")
+        if self.markov_rank < 0:
+            fail(f"markov_rank={self.markov_rank} must be >= 0")
+        if self.markov_rank and self.markov_head_type != "vanilla":
+            fail(f"markov_head_type='{self.markov_head_type}' is not supported (only 'vanilla')")
+        if self.confidence_head_with_markov and not self.markov_rank:
+            fail("confidence_head_with_markov needs a Markov head (markov_rank > 0)")
+        if self.num_attention_heads % self.num_key_value_heads:
+            fail(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
+                 f"num_key_value_heads={self.num_key_value_heads}")
+
+
+def _flatten(raw: dict, source: str) -> dict:
+    nested = raw.get("dflash_config") or {}
+    fields = {key: value for key, value in raw.items() if key != "dflash_config"}
+    for key, value in nested.items():
+        if key in fields and key in _NESTABLE and fields[key] != value:
+            raise DraftValidationError(f"{source}: '{key}' is {fields[key]!r} at top level but {value!r} in "
+                                       f"dflash_config")
+        fields.setdefault(key, value)
+    return fields
