@@ -1,0 +1,1 @@
+"""Inference on OpenVINO Runtime with numpy only: no torch, no transformers on this path."""
