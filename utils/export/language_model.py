@@ -1,0 +1,438 @@
+"""MiniCPM-OCR's text model (Qwen3.5, hybrid Gated DeltaNet + gated attention) as OpenVINO IRs for speculative decoding.
+
+The HF layers are re-run on their own weights by a wrapper with **explicit state inputs and outputs**, traced
+once per static token count S (a traced Python loop freezes S; only the past length stays dynamic):
+
+- `prefill`: S = `prefill_chunk`; logits of the last position only. The runtime left-pads the first chunk
+  of a prompt with zero embeddings and `attention_mask` 0, which is exact: masked positions are zeroed at
+  the input of every linear-attention layer (as HF does) and their keys are masked; their K/V are dropped.
+- `decode`: S = 1.
+- `verify`: S = `verify_length` (anchor + drafts); logits of every position, plus the **rollback terms**.
+
+Inputs (`{i}` is the decoder layer index):
+    inputs_embeds [1, S, H] f32; position_ids [1, S] i64; attention_mask [1, S] i64 (1 = token, 0 = pad);
+    full attention: past_key.{i}, past_value.{i} [1, P, Hkv, D] (sequence-major, so a prefix of a
+    preallocated buffer is one contiguous block); linear attention: past_conv_state.{i} [1, C, W-1],
+    past_recurrent_state.{i} [1, Hv, dk, dv].
+Outputs:
+    logits [1, S or 1, V]; hidden_states [1, S, n*H] = outputs of the decoder layers `hidden_layer_ids`
+    (HF `hidden_states[i + 1]`) concatenated in that order; present_key.{i}, present_value.{i}
+    [1, S, Hkv, D] (the block's K/V only); present_conv_window.{i} [1, C, W-1+S] (conv state followed by
+    the block's conv inputs); present_recurrent_state.{i} [1, Hv, dk, dv] (after all S tokens).
+    verify only: rollback_key.{i} [1, S, Hv, dk], rollback_delta.{i} [1, S, Hv, dv],
+    rollback_log_decay.{i} [1, S, Hv] (cumulative log decay G_t = g_1 + ... + g_t).
+
+Rollback to the first n tokens of a block, without re-running them:
+    K/V: keep present_key/value[:, :n]. Conv state: present_conv_window[:, :, n : n + W - 1].
+    Recurrent state: the gated delta rule is linear in the state, so from the state S_0 before the block,
+    S_n = exp(G_n) S_0 + sum_{t<=n} exp(G_n - G_t) k_t delta_t^T
+    (numpy, `utils.runtime.language_model.rebuild_recurrent_state`). This costs a few small outputs per
+    layer instead of S full states (DESIGN sec. 5: ~300 MB per verify step at real size).
+
+rt_info `hidden_states_decoder_layers` (the key optimum-intel writes for DFlash/Eagle-3 targets):
+    JSON {"layers": {"<layer id>": {"producer": <node friendly name>, "output_index": <int>}}} for every
+    decoder layer, pointing at the node whose output is that layer's output (the residual sum after the
+    MLP), so OpenVINO GenAI can find the tensors without extra outputs.
+
+Shape symbols:
+    S: tokens per call, P: past length, H: hidden size, V: vocabulary, Hkv/D: KV heads/head dim,
+    C: conv channels (2 * key dim + value dim), W: conv kernel, Hv/dk/dv: linear value heads/key/value dim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.export.gated_delta import DEFAULT_CHUNK_SIZE, chunk_gated_delta_rule
+from utils.runtime.language_model import LANGUAGE_MODEL_CONFIG
+
+__all__ = [
+    "LANGUAGE_MODEL_CONFIG",
+    "LANGUAGE_MODEL_FILES",
+    "HIDDEN_STATES_RT_INFO_KEY",
+    "WEIGHT_FORMATS",
+    "LanguageModelVariant",
+    "TextModelWithState",
+    "language_model_variants",
+    "convert_language_model",
+    "compress_weights",
+    "export_language_model",
+]
+
+LANGUAGE_MODEL_FILES = {
+    "prefill": "openvino_language_model_prefill.xml",
+    "decode": "openvino_language_model_decode.xml",
+    "verify": "openvino_language_model_verify.xml",
+}
+HIDDEN_STATES_RT_INFO_KEY = "hidden_states_decoder_layers"
+WEIGHT_FORMATS = ("fp32", "fp16", "int8")
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LanguageModelVariant:
+    """One IR: a static token count and what it outputs."""
+
+    name: str
+    length: int
+    all_logits: bool
+    rollback: bool
+
+
+def language_model_variants(*, prefill_chunk: int, verify_length: int,
+                            rollback_outputs: bool = True) -> tuple[LanguageModelVariant, ...]:
+    """The three IRs the runtime needs: prefill chunks, one-token decode, and the verification block."""
+    for field, value in (("prefill_chunk", prefill_chunk), ("verify_length", verify_length)):
+        if value < 1:
+            raise ValueError(f"{field}={value} must be >= 1")
+    return (
+        LanguageModelVariant("prefill", prefill_chunk, all_logits=False, rollback=False),
+        LanguageModelVariant("decode", 1, all_logits=True, rollback=False),
+        LanguageModelVariant("verify", verify_length, all_logits=True, rollback=rollback_outputs),
+    )
+
+
+def _text_parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
+    """(Qwen3.5 text model, lm_head) of a MiniCPMOcrForConditionalGeneration or a Qwen3.5 causal LM."""
+    inner = getattr(model, "model", None)
+    lm_head = getattr(model, "lm_head", None)
+    language_model = getattr(inner, "language_model", inner)
+    if lm_head is None or not hasattr(language_model, "layers"):
+        raise ValueError(f"{type(model).__name__} has no text model with `layers` and `lm_head`; pass a "
+                         f"MiniCPMOcrForConditionalGeneration or a Qwen3.5 causal LM")
+    return language_model, lm_head
+
+
+def _l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x / sqrt(sum(x^2) + eps) over the last dim, as HF `l2norm` (and the FLA kernels) compute it."""
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """Rotates half the hidden dims of the input."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _apply_partial_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on the first cos.shape[-1] dims of x [1, S, heads, D]; cos/sin [1, S, 1, rotary dims]."""
+    rotary = cos.shape[-1]
+    rotated, passed = x[..., :rotary], x[..., rotary:]
+    return torch.cat((rotated * cos + _rotate_half(rotated) * sin, passed), dim=-1)
+
+
+class _GatedAttentionWithCache(nn.Module):
+    """Qwen3.5 gated full attention on HF weights, with past K/V in and the block's K/V out.
+
+    Grouped-query attention by broadcasting ([1, Hkv, groups, S, D] @ [1, Hkv, 1, D, P+S]), not repeat_kv.
+    """
+
+    def __init__(self, attention: nn.Module, config):
+        super().__init__()
+        self.attention = attention
+        self.head_dim = attention.head_dim
+        self.num_kv_heads = config.num_key_value_heads
+        self.groups = config.num_attention_heads // config.num_key_value_heads
+
+    def forward(self, hidden, cos, sin, mask_bias, past_key, past_value):
+        attention, length, head_dim = self.attention, hidden.shape[1], self.head_dim
+        query, gate = torch.chunk(attention.q_proj(hidden).view(1, length, -1, 2 * head_dim), 2, dim=-1)
+        query = _apply_partial_rotary(attention.q_norm(query), cos, sin)
+        key = attention.k_norm(attention.k_proj(hidden).view(1, length, self.num_kv_heads, head_dim))
+        key = _apply_partial_rotary(key, cos, sin)
+        value = attention.v_proj(hidden).view(1, length, self.num_kv_heads, head_dim)
+
+        keys = torch.cat((past_key, key), dim=1).permute(0, 2, 3, 1).unsqueeze(2)  # [1, Hkv, 1, D, P+S]
+        values = torch.cat((past_value, value), dim=1).permute(0, 2, 1, 3).unsqueeze(2)  # [1, Hkv, 1, P+S, D]
+        grouped = query.view(1, length, self.num_kv_heads, self.groups, head_dim).permute(0, 2, 3, 1, 4)
+        scores = (grouped @ keys) * attention.scaling + mask_bias  # [1, Hkv, groups, S, P+S]
+        context = torch.softmax(scores, dim=-1) @ values  # [1, Hkv, groups, S, D]
+        context = context.permute(0, 3, 1, 2, 4).reshape(1, length, -1)
+        output = attention.o_proj(context * torch.sigmoid(gate.reshape(1, length, -1)))
+        return output, key, value
+
+
+class _GatedDeltaNetWithState(nn.Module):
+    """Qwen3.5 Gated DeltaNet on HF weights, with conv and recurrent state in and out."""
+
+    def __init__(self, linear_attention: nn.Module, *, chunk_size: int):
+        super().__init__()
+        self.linear = linear_attention
+        self.chunk_size = chunk_size
+
+    def forward(self, hidden, token_mask, conv_state, recurrent_state):
+        linear, length = self.linear, hidden.shape[1]
+        heads_k, heads_v = linear.num_k_heads, linear.num_v_heads
+        dim_k, dim_v = linear.head_k_dim, linear.head_v_dim
+        hidden = hidden * token_mask.unsqueeze(-1)
+
+        conv_window = torch.cat((conv_state, linear.in_proj_qkv(hidden).transpose(1, 2)), dim=-1)
+        mixed = F.silu(F.conv1d(conv_window, linear.conv1d.weight, linear.conv1d.bias, groups=linear.conv_dim))
+        query, key, value = torch.split(mixed.transpose(1, 2), [linear.key_dim, linear.key_dim, linear.value_dim],
+                                        dim=-1)
+        query = self._per_value_head(_l2norm(query.reshape(1, length, heads_k, dim_k)), heads_v) * dim_k ** -0.5
+        key = self._per_value_head(_l2norm(key.reshape(1, length, heads_k, dim_k)), heads_v)
+        value = value.reshape(1, length, heads_v, dim_v)
+        beta = torch.sigmoid(linear.in_proj_b(hidden))
+        log_decay = -linear.A_log.float().exp() * F.softplus(linear.in_proj_a(hidden) + linear.dt_bias)
+
+        output, new_state, delta = chunk_gated_delta_rule(
+            query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), log_decay.transpose(1, 2),
+            beta.transpose(1, 2), recurrent_state, chunk_size=self.chunk_size)
+        gate = linear.in_proj_z(hidden).reshape(-1, dim_v)
+        output = linear.norm(output.transpose(1, 2).reshape(-1, dim_v), gate).reshape(1, length, -1)
+        rollback = (key, delta.transpose(1, 2), log_decay.cumsum(dim=1))
+        return linear.out_proj(output), conv_window, new_state, rollback
+
+    @staticmethod
+    def _per_value_head(x: torch.Tensor, heads_v: int) -> torch.Tensor:
+        """[1, S, Hk, d] -> [1, S, Hv, d], each key head serving Hv/Hk consecutive value heads."""
+        _, length, heads_k, dim = x.shape
+        return x.unsqueeze(3).expand(1, length, heads_k, heads_v // heads_k, dim).reshape(1, length, heads_v, dim)
+
+
+class TextModelWithState(nn.Module):
+    """The Qwen3.5 text model + lm_head with explicit state, for one static token count (one IR).
+
+    forward(inputs_embeds, position_ids, attention_mask, *states) with states in layer order (full:
+    past_key, past_value; linear: past_conv_state, past_recurrent_state) returns (logits, hidden_states,
+    *state outputs in layer order[, *every decoder layer's output when `annotate`]). Layout: module docstring.
+    """
+
+    def __init__(self, model: nn.Module, *, hidden_layer_ids: list[int], variant: LanguageModelVariant,
+                 chunk_size: int = DEFAULT_CHUNK_SIZE, annotate: bool = False):
+        super().__init__()
+        language_model, self.lm_head = _text_parts(model)
+        self.config = language_model.config
+        self.layers = language_model.layers
+        self.norm = language_model.norm
+        rotary = language_model.rotary_emb
+        self.register_buffer("inv_freq", rotary.inv_freq.detach().clone().float(), persistent=False)
+        self.rotary_scaling = float(rotary.attention_scaling)
+        self.layer_types = list(self.config.layer_types)
+        self.mixers = nn.ModuleList(
+            _GatedAttentionWithCache(layer.self_attn, self.config) if kind == "full_attention"
+            else _GatedDeltaNetWithState(layer.linear_attn, chunk_size=chunk_size)
+            for layer, kind in zip(self.layers, self.layer_types)
+        )
+        self.hidden_layer_ids = list(hidden_layer_ids)
+        self.variant = variant
+        self.annotate = annotate
+
+    def _rotary(self, position_ids):
+        """cos, sin [1, S, 1, rotary dims]: text positions are 1-D, so the mrope sections coincide."""
+        frequencies = position_ids[..., None].float() * self.inv_freq
+        angles = torch.cat((frequencies, frequencies), dim=-1).unsqueeze(2)
+        return angles.cos() * self.rotary_scaling, angles.sin() * self.rotary_scaling
+
+    def _mask_bias(self, attention_mask, past_length_like):
+        """Additive mask [S, P+S]: all past, causal in the block, masked keys hidden (a query always sees itself)."""
+        length = attention_mask.shape[1]
+        causal = torch.tril(torch.ones(length, length, dtype=torch.bool))
+        visible = causal & ((attention_mask[0] > 0).unsqueeze(0) | torch.eye(length, dtype=torch.bool))
+        block = torch.where(visible, 0.0, torch.finfo(torch.float32).min)
+        past = torch.zeros(length, past_length_like.shape[1])
+        return torch.cat((past, block), dim=1)
+
+    def forward(self, inputs_embeds, position_ids, attention_mask, *states):
+        cos, sin = self._rotary(position_ids)
+        token_mask = attention_mask.to(inputs_embeds.dtype)
+        mask_bias = None
+        hidden = inputs_embeds
+        layer_outputs, state_outputs = [], []
+        for index, (layer, mixer, kind) in enumerate(zip(self.layers, self.mixers, self.layer_types)):
+            first_state, second_state = states[2 * index], states[2 * index + 1]
+            normed = layer.input_layernorm(hidden)
+            if kind == "full_attention":
+                if mask_bias is None:
+                    mask_bias = self._mask_bias(attention_mask, first_state)
+                mixed, key, value = mixer(normed, cos, sin, mask_bias, first_state, second_state)
+                state_outputs += [key, value]
+            else:
+                mixed, conv_window, new_state, rollback = mixer(normed, token_mask, first_state, second_state)
+                state_outputs += [conv_window, new_state, *(rollback if self.variant.rollback else ())]
+            hidden = hidden + mixed
+            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+            layer_outputs.append(hidden)
+
+        last = hidden if self.variant.all_logits else hidden[:, -1:]
+        logits = self.lm_head(self.norm(last))
+        selected = torch.cat([layer_outputs[i] for i in self.hidden_layer_ids], dim=-1)
+        return (logits, selected, *state_outputs, *(layer_outputs if self.annotate else ()))
+
+    def state_specs(self) -> list[tuple[str, list[int]]]:
+        """(input name, shape with -1 for the dynamic past length) per state input, in forward order."""
+        specs = []
+        for index, (mixer, kind) in enumerate(zip(self.mixers, self.layer_types)):
+            if kind == "full_attention":
+                shape = [1, -1, mixer.num_kv_heads, mixer.head_dim]
+                specs += [(f"past_key.{index}", shape), (f"past_value.{index}", shape)]
+            else:
+                linear = mixer.linear
+                specs += [(f"past_conv_state.{index}", [1, linear.conv_dim, linear.conv_kernel_size - 1]),
+                          (f"past_recurrent_state.{index}",
+                           [1, linear.num_v_heads, linear.head_k_dim, linear.head_v_dim])]
+        return specs
+
+    def output_names(self) -> list[str]:
+        """Names of the outputs, in forward order (without the annotation outputs)."""
+        names = ["logits", "hidden_states"]
+        for index, kind in enumerate(self.layer_types):
+            if kind == "full_attention":
+                names += [f"present_key.{index}", f"present_value.{index}"]
+            else:
+                names += [f"present_conv_window.{index}", f"present_recurrent_state.{index}"]
+                if self.variant.rollback:
+                    names += [f"rollback_key.{index}", f"rollback_delta.{index}", f"rollback_log_decay.{index}"]
+        return names
+
+
+def _example_inputs(wrapper: TextModelWithState, *, past_length: int) -> tuple[torch.Tensor, ...]:
+    length, hidden_size = wrapper.variant.length, wrapper.config.hidden_size
+    states = [torch.zeros([past_length if size == -1 else size for size in shape])
+              for _, shape in wrapper.state_specs()]
+    return (torch.zeros(1, length, hidden_size), torch.arange(length)[None] + past_length,
+            torch.ones(1, length, dtype=torch.int64), *states)
+
+
+def _annotate_decoder_layers(ov_model, num_layers: int) -> dict:
+    """Removes the trailing per-layer outputs and returns the `hidden_states_decoder_layers` locators."""
+    results = ov_model.get_results()[-num_layers:]
+    layers = {}
+    for layer_id, result in enumerate(results):
+        producer = result.input_value(0)
+        node = producer.get_node()
+        node.set_friendly_name(f"decoder_layer.{layer_id}.output")
+        layers[str(layer_id)] = {"producer": node.get_friendly_name(), "output_index": producer.get_index()}
+        ov_model.remove_result(result)
+    return {"layers": layers}
+
+
+def convert_language_model(model: nn.Module, *, variant: LanguageModelVariant, hidden_layer_ids: list[int],
+                           chunk_size: int = DEFAULT_CHUNK_SIZE):
+    """Converts the text model for one variant to an in-memory `ov.Model` with named ports and rt_info.
+
+    Args:
+        model: a loaded MiniCPMOcrForConditionalGeneration (or Qwen3.5 causal LM), eval mode.
+        variant: the static token count and outputs.
+        hidden_layer_ids: decoder layers whose outputs make `hidden_states`, in that order.
+        chunk_size: tokens per chunk of the gated delta rule inside the graph.
+
+    Returns:
+        The `ov.Model`.
+    """
+    import openvino as ov
+
+    wrapper = TextModelWithState(model, hidden_layer_ids=hidden_layer_ids, variant=variant,
+                                 chunk_size=chunk_size, annotate=True).eval()
+    example = _example_inputs(wrapper, past_length=3)
+    shapes = [[1, variant.length, wrapper.config.hidden_size], [1, variant.length], [1, variant.length]]
+    shapes += [shape for _, shape in wrapper.state_specs()]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # the static shapes are intended
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit.trace is what ov.convert_model uses
+        ov_model = ov.convert_model(wrapper, example_input=example,
+                                    input=[(ov.PartialShape(shape), tensor_type) for shape, tensor_type in
+                                           zip(shapes, [ov.Type.f32, ov.Type.i64, ov.Type.i64]
+                                               + [ov.Type.f32] * len(wrapper.state_specs()))])
+    annotation = _annotate_decoder_layers(ov_model, len(wrapper.layers))
+    input_names = ["inputs_embeds", "position_ids", "attention_mask"] + [name for name, _ in wrapper.state_specs()]
+    for port, name in zip(ov_model.inputs, input_names):
+        port.get_tensor().set_names({name})
+    for port, name in zip(ov_model.outputs, wrapper.output_names()):
+        port.get_tensor().set_names({name})
+    ov_model.set_rt_info(json.dumps(annotation, separators=(",", ":")), HIDDEN_STATES_RT_INFO_KEY)
+    return ov_model
+
+
+def _validate_layer_ids(hidden_layer_ids, num_layers: int) -> list[int]:
+    layer_ids = [int(layer_id) for layer_id in hidden_layer_ids]
+    if not layer_ids:
+        raise ValueError("hidden_layer_ids must name at least one decoder layer")
+    if len(set(layer_ids)) != len(layer_ids):
+        raise ValueError(f"hidden_layer_ids={layer_ids} repeats a layer")
+    for layer_id in layer_ids:
+        if not 0 <= layer_id < num_layers:
+            raise ValueError(f"hidden layer id {layer_id} is out of range [0, {num_layers - 1}]")
+    return layer_ids
+
+
+def compress_weights(ov_model, weight_format: str):
+    """Applies NNCF INT8_ASYM weight compression for "int8"; other formats are returned unchanged (fp16 is a save option)."""
+    if weight_format not in WEIGHT_FORMATS:
+        raise ValueError(f"weight_format={weight_format!r} must be one of {WEIGHT_FORMATS}")
+    if weight_format != "int8":
+        return ov_model
+    import nncf
+
+    return nncf.compress_weights(ov_model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+
+
+def export_language_model(
+    model: nn.Module,
+    out_dir: Path | str,
+    *,
+    hidden_layer_ids: list[int],
+    verify_length: int,
+    prefill_chunk: int = 128,
+    weight_format: str = "fp32",
+    rollback_outputs: bool = True,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> dict:
+    """Writes the prefill, decode and verify IRs and `openvino_language_model_config.json` into `out_dir`.
+
+    `out_dir` must exist (the caller makes the folder atomic, e.g. with `utils.files.atomic_directory`).
+
+    Args:
+        model: a loaded MiniCPMOcrForConditionalGeneration (or Qwen3.5 causal LM); sizes come from its config.
+        out_dir: an existing folder.
+        hidden_layer_ids: the draft's target layer ids (`DSparkConfig.from_folder(draft).target_layer_ids`).
+        verify_length: tokens of the verification IR: anchor + draft tokens (a DSpark draft: block_size + 1).
+        prefill_chunk: tokens per prefill call.
+        weight_format: "fp32", "fp16" (compress_to_fp16 on save) or "int8" (NNCF INT8_ASYM weights).
+        rollback_outputs: give the verify IR the rollback terms (without them only full acceptance works).
+        chunk_size: tokens per chunk of the gated delta rule inside the graphs.
+
+    Returns:
+        The config written to `openvino_language_model_config.json` (plus `export_seconds`).
+    """
+    import openvino as ov
+
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        raise ValueError(f"out_dir={out_dir} is not an existing folder")
+    if weight_format not in WEIGHT_FORMATS:
+        raise ValueError(f"weight_format={weight_format!r} must be one of {WEIGHT_FORMATS}")
+    language_model, _ = _text_parts(model)
+    config = language_model.config
+    layer_ids = _validate_layer_ids(hidden_layer_ids, config.num_hidden_layers)
+    variants = language_model_variants(prefill_chunk=prefill_chunk, verify_length=verify_length,
+                                       rollback_outputs=rollback_outputs)
+    start = time.perf_counter()
+    for variant in variants:
+        ov_model = compress_weights(convert_language_model(model, variant=variant, hidden_layer_ids=layer_ids,
+                                                    chunk_size=chunk_size), weight_format)
+        ov.save_model(ov_model, out_dir / LANGUAGE_MODEL_FILES[variant.name],
+                      compress_to_fp16=weight_format == "fp16")
+        del ov_model
+    description = {
+        "format_version": FORMAT_VERSION,
+        "weight_format": weight_format,
+        "hidden_size": config.hidden_size,
+        "vocab_size": config.vocab_size,
+        "hidden_layer_ids": layer_ids,
+        "layer_types": list(config.layer_types),
+        "variants": {variant.name: {"file": LANGUAGE_MODEL_FILES[variant.name], **dataclasses.asdict(variant)}
+                     for variant in variants},
+    }
+    (out_dir / LANGUAGE_MODEL_CONFIG).write_text(json.dumps(description, indent=2) + "\n")
+    return {**description, "export_seconds": round(time.perf_counter() - start, 2)}
