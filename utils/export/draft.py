@@ -1,0 +1,219 @@
+"""The pruned DSpark draft -> OpenVINO IR, laid out as optimum-intel #2099 exports it.
+
+`export_draft(SRC, OUT)` (or `python -m utils.export draft --model SRC --out OUT`) validates SRC with the
+reference loader, then writes, atomically (a temporary folder moved into place when complete):
+
+`DRAFT_MODEL` (openvino_model.xml), the backbone: one call per block, context cache as explicit state.
+    Inputs:
+        inputs_embeds     f32 [1, B, H]        target embeddings of `[anchor, mask, ..., mask]`
+        hidden_states     f32 [1, N, L*H]      new context: the target-layer outputs not yet cached
+        position_ids      i64 [1, N + B]       absolute positions of the new context, then of the block
+        past_key.{i}      f32 [1, C, Hkv, D]   cached context keys of draft layer i (normed, rotated)
+        past_value.{i}    f32 [1, C, Hkv, D]   cached context values of draft layer i
+    Outputs:
+        logits            f32 [1, B, Vd]       over the draft vocabulary
+        d2t               i64 [Vd]             constant, delta-encoded: draft token j is target token j + d2t[j]
+        last_hidden_state f32 [1, B, H]        after the final `norm`, for the Markov and confidence heads
+        present_key.{i}   f32 [1, N, Hkv, D]   keys of the new context only; the runtime appends them
+        present_value.{i} f32 [1, N, Hkv, D]
+    B, N and C are dynamic (N and C may be 0). K/V are sequence-major, so a runtime keeps them in
+    preallocated buffers and passes the cached prefix without a copy (`utils.runtime.draft.ContextCache`).
+
+`MARKOV_HEAD_MODEL` (openvino_markov_head_model.xml), both Markov computations and the confidence head,
+    built op by op (`utils.export.markov_head`):
+    Inputs:  logits f32 [B, Vd]; anchor_token_id i64 [1]; top_k i64 [] (0: dense walk, else the Top-K
+             candidate scorer with K = min(top_k, Vd)); last_hidden_state f32 [B, H] (with a confidence head).
+    Outputs: token_ids i64 [B], the walk's tokens in target ids; confidences f32 [B] (with a confidence head).
+    B is static (the walk is unrolled over the block); a runtime proposing fewer tokens takes a prefix.
+
+rt_info of both IRs, strings under `dspark/`:
+    draft_mode        "dspark"
+    target_layer_ids  JSON list: target decoder layers (HF `hidden_states[i + 1]`) concatenated, in order, into
+                      `hidden_states`
+    mask_token_id     target id that fills the block after the anchor
+    block_size        B, positions per block (the anchor included); draft tokens per block
+    vocab_size        input vocabulary: what anchor, mask and previous-token ids index
+    draft_vocab_size  Vd, the pruned vocabulary `logits` cover
+    markov_rank       r of the vanilla Markov head (`markov_w1` [V, r], `markov_w2` [Vd, r])
+    markov_head_type  "vanilla"
+    top_k             default K of the Top-K candidate scorer, min(64, Vd); 0 at run time selects the dense walk
+    confidence_head   "true"/"false": whether the Markov head IR has `last_hidden_state` and `confidences`
+
+Beside them: `config.json` and `local-to-target.json` of the source (absolute target ids: ground truth for d2t).
+
+Shape symbols:
+    N: new context positions, C: cached context positions, B: block size, H: hidden size,
+    L: target layers read, Vd: draft vocabulary, V: input vocabulary, Hkv/D: KV heads/head dim.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from utils.draft.checkpoint import LOCAL_TO_TARGET, DraftCheckpoint, load_draft_checkpoint
+from utils.draft.config import DRAFT_CONFIG, DraftValidationError
+from utils.draft.modeling import DSparkDraftModel, rope_cos_sin
+from utils.export.markov_head import MarkovHeadWeights, build_markov_head
+from utils.files import atomic_directory
+from utils.runtime.draft import DRAFT_MODEL, MARKOV_HEAD_MODEL, RT_INFO_NAMESPACE, DraftInfo
+
+__all__ = ["DRAFT_MODEL", "MARKOV_HEAD_MODEL", "WEIGHT_FORMATS", "DraftBackboneWithCache", "draft_info",
+           "convert_backbone", "convert_markov_head", "export_draft"]
+
+WEIGHT_FORMATS = ("fp32", "fp16")
+
+
+class DraftBackboneWithCache(nn.Module):
+    """`DSparkDraftModel.forward_block` with the context cache as explicit inputs and outputs, plus `lm_head`.
+
+    Reuses the reference's modules; only the cache handling differs: past K/V come in sequence-major,
+    the new context's K/V go out, and positions are an input instead of the cache length.
+    """
+
+    def __init__(self, model: DSparkDraftModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs_embeds: torch.Tensor, hidden_states: torch.Tensor, position_ids: torch.Tensor,
+                *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        config = self.model.config
+        context = self.model.project_context(hidden_states)
+        new_len = hidden_states.shape[1]
+        cos, sin = rope_cos_sin(position_ids[0], head_dim=config.head_dim, theta=config.rope_theta)
+        hidden, presents = inputs_embeds, []
+        for index, layer in enumerate(self.model.layers):
+            keys, values = layer.self_attn.project_kv(context, cos[:new_len], sin[:new_len])  # [1, Hkv, N, D]
+            past_keys, past_values = (tensor.transpose(1, 2) for tensor in past[2 * index:2 * index + 2])
+            hidden = layer(hidden, torch.cat((past_keys, keys), dim=2), torch.cat((past_values, values), dim=2),
+                           (cos[new_len:], sin[new_len:]))
+            presents += [keys.transpose(1, 2), values.transpose(1, 2)]
+        hidden = self.model.norm(hidden)
+        return (self.model.lm_head(hidden), hidden, *presents)
+
+
+def draft_info(checkpoint: DraftCheckpoint) -> DraftInfo:
+    """The rt_info a runtime needs, from a validated checkpoint."""
+    config = checkpoint.config
+    return DraftInfo(draft_mode="dspark", target_layer_ids=config.target_layer_ids,
+                     mask_token_id=config.mask_token_id, block_size=config.block_size, vocab_size=config.vocab_size,
+                     draft_vocab_size=config.draft_vocab_size, markov_rank=config.markov_rank,
+                     markov_head_type=config.markov_head_type, top_k=config.markov_top_k,
+                     confidence_head=config.enable_confidence_head)
+
+
+def _name_ports(ports, names: list[str]) -> None:
+    for port, name in zip(ports, names, strict=True):
+        port.get_tensor().set_names({name})
+
+
+def convert_backbone(model: DSparkDraftModel, d2t: np.ndarray):
+    """Converts the backbone to an `ov.Model` with named ports and the `d2t` constant output.
+
+    Args:
+        model: the reference draft (eval mode).
+        d2t: [Vd] int64 delta-encoded map from draft to target ids.
+
+    Returns:
+        The model, not yet saved.
+    """
+    import openvino as ov
+    from openvino import opset15 as ops
+
+    config = model.config
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    kv_shape = (config.num_key_value_heads, config.head_dim)
+    past_names = [f"past_{kind}.{i}" for i in range(layers) for kind in ("key", "value")]
+    context_width, new_len, cached = len(config.target_layer_ids) * hidden, 3, 2  # example sizes; all dynamic
+    example = (torch.zeros(1, config.block_size, hidden), torch.zeros(1, new_len, context_width),
+               torch.arange(cached, cached + new_len + config.block_size)[None],
+               *[torch.zeros(1, cached, *kv_shape)] * len(past_names))
+    shapes = [ov.PartialShape([1, -1, hidden]), ov.PartialShape([1, -1, context_width]),
+              ov.PartialShape([1, -1])] + [ov.PartialShape([1, -1, *kv_shape])] * len(past_names)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit.trace is what ov.convert_model uses
+        ov_model = ov.convert_model(DraftBackboneWithCache(model).eval(), example_input=example, input=shapes)
+    _name_ports(ov_model.inputs, ["inputs_embeds", "hidden_states", "position_ids", *past_names])
+    _name_ports(ov_model.outputs, ["logits", "last_hidden_state",
+                                   *[name.replace("past_", "present_") for name in past_names]])
+    d2t_result = ops.result(ops.constant(np.asarray(d2t, dtype=np.int64)))
+    d2t_result.output(0).get_tensor().set_names({"d2t"})
+    ov_model.add_results([d2t_result])
+    return ov_model
+
+
+def convert_markov_head(checkpoint: DraftCheckpoint):
+    """Builds the Markov head IR (both walks + confidence head) from a validated checkpoint."""
+    tensors, config = checkpoint.tensors, checkpoint.config
+    weights = MarkovHeadWeights(
+        markov_w1=tensors["markov_head.markov_w1.weight"], markov_w2=tensors["markov_head.markov_w2.weight"],
+        target_ids=checkpoint.target_ids, confidence_weight=tensors.get("confidence_head.proj.weight"),
+        confidence_bias=tensors.get("confidence_head.proj.bias"),
+        confidence_with_markov=config.confidence_head_with_markov)
+    return build_markov_head(weights, block_size=config.block_size, hidden_size=config.hidden_size)
+
+
+def _load_checked(source: Path) -> tuple[DraftCheckpoint, DSparkDraftModel]:
+    """Validates the draft with the reference loader; rejects what this exporter cannot represent."""
+    checkpoint = load_draft_checkpoint(source)
+    if not checkpoint.config.markov_rank:
+        raise DraftValidationError(f"{source / DRAFT_CONFIG}: markov_rank=0: the draft has no Markov head, "
+                                   f"which the DSpark export needs")
+    if "lm_head.weight" not in checkpoint.tensors:
+        raise DraftValidationError(f"{source / DRAFT_CONFIG}: the draft has no lm_head of its own (it shares the "
+                                   f"target's); this exporter handles drafts with their own lm_head")
+    return checkpoint, DSparkDraftModel.from_checkpoint(checkpoint)
+
+
+def _set_rt_info(ov_model, info: DraftInfo) -> None:
+    for key, value in info.to_rt_info().items():
+        ov_model.set_rt_info(value, [RT_INFO_NAMESPACE, key])
+
+
+def _copy_source_files(checkpoint: DraftCheckpoint, folder: Path) -> None:
+    shutil.copyfile(checkpoint.folder / DRAFT_CONFIG, folder / DRAFT_CONFIG)
+    mapping = checkpoint.folder / LOCAL_TO_TARGET
+    if mapping.is_file():
+        shutil.copyfile(mapping, folder / LOCAL_TO_TARGET)
+    else:  # an unpruned draft may ship none; write the (identity) ids so every export has the file
+        (folder / LOCAL_TO_TARGET).write_text(json.dumps(checkpoint.target_ids.tolist()) + "\n")
+
+
+def export_draft(source: Path | str, out: Path | str, *, weight_format: str = "fp32",
+                 overwrite: bool = False) -> Path:
+    """Exports a DSpark draft folder to `out`: backbone IR, Markov head IR, rt_info, config and id map.
+
+    Args:
+        source: a draft folder (tiny or `openbmb/MiniCPM-OCR-1.0-DSpark`), validated before anything is written.
+        out: the folder to create; written atomically.
+        weight_format: "fp32" (the reference) or "fp16" (weights compressed to fp16; inputs/outputs stay f32).
+        overwrite: replace an existing `out`.
+
+    Returns:
+        `out`.
+
+    Raises:
+        DraftValidationError: the source is not a draft this exporter can use (nothing is written).
+        FileExistsError: `out` exists and `overwrite` is False.
+    """
+    import openvino as ov
+
+    if weight_format not in WEIGHT_FORMATS:
+        raise ValueError(f"weight_format={weight_format!r} must be one of {WEIGHT_FORMATS}")
+    source, out = Path(source), Path(out)
+    checkpoint, model = _load_checked(source)
+    info = draft_info(checkpoint)
+    d2t = checkpoint.target_ids - np.arange(checkpoint.config.draft_vocab_size, dtype=np.int64)
+    with atomic_directory(out, overwrite=overwrite) as staging:
+        for name, ov_model in ((DRAFT_MODEL, convert_backbone(model, d2t)),
+                               (MARKOV_HEAD_MODEL, convert_markov_head(checkpoint))):
+            _set_rt_info(ov_model, info)
+            ov.save_model(ov_model, staging / name, compress_to_fp16=weight_format == "fp16")
+        _copy_source_files(checkpoint, staging)
+    return out
