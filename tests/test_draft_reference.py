@@ -124,3 +124,18 @@ def test_confidence_is_the_sigmoid_of_the_head_on_hidden_and_previous_embedding(
     expected = torch.sigmoid(features @ draft.confidence_proj.weight[0] + draft.confidence_proj.bias[0])
     np.testing.assert_allclose(proposal.confidences, expected.numpy(), atol=1e-6)
     assert proposal.target_ids == [int(draft.target_ids[i]) for i in proposal.draft_ids]
+
+
+@torch.no_grad()
+def test_top_k_candidates_prefer_the_smallest_ids_among_ties(draft):
+    vocab = draft.config.draft_vocab_size
+    logits = torch.zeros(1, vocab)
+    logits[0, [5, 9, 30]] = 1.0  # three clear candidates, then a tie of zeros for the 4th place
+    biased = copy.deepcopy(draft)
+    biased.markov_w1.weight.zero_()
+    biased.markov_w1.weight[0, 0] = 1.0
+    biased.markov_w2.weight.zero_()
+    biased.markov_w2.weight[[0, vocab - 1], 0] = 10.0  # the bias favours two of the tied ids
+    draft_ids, _ = top_k_walk(biased, logits, anchor=0, top_k=4)
+    assert draft_ids == [0]  # id 0, not vocab - 1, took the 4th candidate place
+    assert dense_walk(biased, logits, anchor=0)[0] == [0]

@@ -15,6 +15,7 @@ import pytest
 from utils.draft.config import DSparkConfig
 from utils.export.language_model import (HIDDEN_STATES_RT_INFO_KEY, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_FILES,
                                          export_language_model)
+from utils.runtime.device import F32_PROPERTIES
 from utils.runtime.language_model import LanguageModelSession, rebuild_recurrent_state
 
 TOLERANCE = 1e-4
@@ -49,7 +50,7 @@ def exported(tiny_pair, target, hidden_layer_ids, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def session(exported):
-    return LanguageModelSession(exported, device="CPU", precision_hint="f32", max_length=1024)
+    return LanguageModelSession(exported, device="CPU", properties=F32_PROPERTIES, max_length=1024)
 
 
 @pytest.fixture(scope="module")

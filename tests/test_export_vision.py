@@ -15,9 +15,9 @@ import pytest
 from PIL import Image
 
 from utils.preprocessing import ChatPromptBuilder, ImagePreprocessor
+from utils.runtime.device import F32_PROPERTIES
 from utils.runtime.vision import TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME, TextEmbeddings, VisionEncoder, split_tiles
 
-F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 FEATURES_ATOL = 1e-4
 FP16_ATOL = 1e-2
 SIZES = [(20, 20), (800, 100), (100, 900), (300, 300), (1500, 2000), (1, 1)]  # (width, height)
@@ -44,7 +44,7 @@ def export_folder(model, tiny_pair, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def encoder(export_folder):
-    return VisionEncoder(export_folder, "CPU", config=F32)
+    return VisionEncoder(export_folder, "CPU", properties=F32_PROPERTIES)
 
 
 def _image(width: int, height: int) -> Image.Image:
@@ -87,7 +87,7 @@ def test_features_and_embeddings_fill_the_prompt_like_the_model_does(model, tiny
     prompt = ChatPromptBuilder.from_pretrained(tiny_pair.target)([inputs.placeholder])
     input_ids = ov_genai.Tokenizer(str(export_folder)).encode(prompt).input_ids.data.astype(np.int64)
 
-    embeds = TextEmbeddings(export_folder, "CPU", config=F32)(input_ids)
+    embeds = TextEmbeddings(export_folder, "CPU", properties=F32_PROPERTIES)(input_ids)
     embeds[input_ids == model.config.image_token_id] = encoder(inputs.pixel_values, inputs.target_sizes)
 
     captured = {}
@@ -105,7 +105,7 @@ def test_features_and_embeddings_fill_the_prompt_like_the_model_does(model, tiny
 def test_text_embeddings_ir_returns_the_table_rows(model, export_folder):
     table = model.get_input_embeddings().weight.detach().numpy()
     ids = np.array([[0, 1, model.config.image_token_id, table.shape[0] - 1], [5, 5, 6, 7]], dtype=np.int64)
-    np.testing.assert_array_equal(TextEmbeddings(export_folder, "CPU", config=F32)(ids), table[ids])
+    np.testing.assert_array_equal(TextEmbeddings(export_folder, "CPU", properties=F32_PROPERTIES)(ids), table[ids])
 
 
 def test_vision_ir_shapes_are_dynamic(export_folder):
@@ -124,7 +124,7 @@ def test_fp16_weights_stay_close(model, tiny_pair, tmp_path):
 
     export_vision_embeddings(model, tmp_path, compress_to_fp16=True)
     inputs = ImagePreprocessor.from_pretrained(tiny_pair.target)(_image(300, 300))
-    features = VisionEncoder(tmp_path, "CPU", config=F32)(inputs.pixel_values, inputs.target_sizes)
+    features = VisionEncoder(tmp_path, "CPU", properties=F32_PROPERTIES)(inputs.pixel_values, inputs.target_sizes)
     expected = _reference_features(model, inputs.pixel_values, inputs.target_sizes)
     np.testing.assert_allclose(features, expected, rtol=0, atol=FP16_ATOL)
 

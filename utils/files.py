@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ def atomic_directory(final: Path | str, *, overwrite: bool = False) -> Iterator[
         raise FileExistsError(f"{final} already exists; pass overwrite=True to replace it")
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
+    staging.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the finished folder gets the usual permissions
     try:
         yield staging
         if final.exists():
@@ -36,6 +38,12 @@ def atomic_directory(final: Path | str, *, overwrite: bool = False) -> Iterator[
     finally:
         if staging.exists():
             shutil.rmtree(staging)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def sha256_file(path: Path | str, *, chunk_size: int = 1 << 20) -> str:

@@ -60,7 +60,8 @@ def top_k_walk(model: DSparkDraftModel, block_logits: torch.Tensor, *, anchor: i
     draft_ids, previous, prev = [], [], anchor
     k = min(top_k, block_logits.shape[-1])
     for logits in block_logits:
-        candidates = torch.sort(torch.topk(logits, k).indices).values  # ascending ids: ties go to the smallest
+        # the k best, ties at the k-th place going to the smallest ids (a stable sort keeps id order among equals)
+        candidates = torch.sort(torch.sort(logits, descending=True, stable=True).indices[:k]).values
         scores = logits[candidates]
         if model.markov_w1 is not None:
             scores = scores + model.markov_w2.weight[candidates] @ model.markov_w1.weight[prev]

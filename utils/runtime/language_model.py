@@ -82,14 +82,15 @@ class LanguageModelSession:
     Arrays returned by the public methods are copies owned by the caller.
     """
 
-    def __init__(self, folder: Path | str, *, device: str = "CPU", precision_hint: str | None = None,
+    def __init__(self, folder: Path | str, *, device: str = "CPU", properties: dict | None = None,
                  max_length: int = 8192, core: ov.Core | None = None):
         """Compiles each IR once and creates one infer request per IR.
 
         Args:
             folder: a folder written by `export_language_model`.
             device: OpenVINO device ("CPU", "GPU", "AUTO", ...).
-            precision_hint: INFERENCE_PRECISION_HINT, e.g. "f32" (this CPU otherwise runs bf16).
+            properties: compile properties (`utils.runtime.device.compile_properties`; None: OpenVINO's
+                defaults; parity needs {"INFERENCE_PRECISION_HINT": "f32"}, as this CPU otherwise runs bf16).
             max_length: tokens the K/V buffers hold.
             core: an `ov.Core` to share; a new one by default.
         """
@@ -102,8 +103,7 @@ class LanguageModelSession:
         self.config = json.loads(config_path.read_text())
         self.max_length = max_length
         core = core or ov.Core()
-        properties = {"INFERENCE_PRECISION_HINT": precision_hint} if precision_hint else {}
-        self._variants = {name: self._compile(core, folder / spec["file"], spec, device, properties)
+        self._variants = {name: self._compile(core, folder / spec["file"], spec, device, properties or {})
                           for name, spec in self.config["variants"].items()}
         self.verify_length = self._variants["verify"].length
         self.prefill_chunk = self._variants["prefill"].length

@@ -19,12 +19,12 @@ VISION_EMBEDDINGS_NAME = "openvino_vision_embeddings_model.xml"
 TEXT_EMBEDDINGS_NAME = "openvino_text_embeddings_model.xml"
 
 
-def _compile(path: Path, *, device: str, config: dict | None):
+def _compile(path: Path, *, device: str, properties: dict | None):
     import openvino as ov
 
     if not path.is_file():
         raise ValueError(f"{path} does not exist; export the target first")
-    return ov.Core().compile_model(path, device, config or {})
+    return ov.Core().compile_model(path, device, properties or {})
 
 
 def split_tiles(pixel_values: np.ndarray, target_sizes: np.ndarray) -> list[tuple[tuple[int, int], np.ndarray]]:
@@ -55,14 +55,14 @@ def split_tiles(pixel_values: np.ndarray, target_sizes: np.ndarray) -> list[tupl
 class VisionEncoder:
     """Image features of a `PreprocessedImage`, as `MiniCPMOcrModel.get_image_features` returns them, concatenated."""
 
-    def __init__(self, folder: Path | str, device: str = "CPU", *, config: dict | None = None) -> None:
+    def __init__(self, folder: Path | str, device: str = "CPU", *, properties: dict | None = None) -> None:
         """
         Args:
             folder: the export folder holding `VISION_EMBEDDINGS_NAME`.
             device: an OpenVINO device name.
-            config: compile properties, e.g. {"INFERENCE_PRECISION_HINT": "f32"}.
+            properties: compile properties, e.g. {"INFERENCE_PRECISION_HINT": "f32"}.
         """
-        self.compiled = _compile(Path(folder) / VISION_EMBEDDINGS_NAME, device=device, config=config)
+        self.compiled = _compile(Path(folder) / VISION_EMBEDDINGS_NAME, device=device, properties=properties)
 
     def __call__(self, pixel_values: np.ndarray, target_sizes: np.ndarray) -> np.ndarray:
         """Runs the tiles through the vision IR, one inference per run of same-size tiles.
@@ -85,14 +85,14 @@ class VisionEncoder:
 class TextEmbeddings:
     """Rows of the text embedding table for token ids."""
 
-    def __init__(self, folder: Path | str, device: str = "CPU", *, config: dict | None = None) -> None:
+    def __init__(self, folder: Path | str, device: str = "CPU", *, properties: dict | None = None) -> None:
         """
         Args:
             folder: the export folder holding `TEXT_EMBEDDINGS_NAME`.
             device: an OpenVINO device name.
-            config: compile properties.
+            properties: compile properties.
         """
-        self.compiled = _compile(Path(folder) / TEXT_EMBEDDINGS_NAME, device=device, config=config)
+        self.compiled = _compile(Path(folder) / TEXT_EMBEDDINGS_NAME, device=device, properties=properties)
 
     def __call__(self, input_ids: np.ndarray) -> np.ndarray:
         """[batch, S] int -> [batch, S, H] float32."""
