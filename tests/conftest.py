@@ -26,3 +26,15 @@ def run_without_torch():
         assert result.returncode == 0, result.stderr
 
     return run
+
+
+@pytest.fixture(scope="session")
+def tiny_ir(tiny_pair, tmp_path_factory):
+    """The tiny pair exported to OpenVINO IR (fp32): (target folder, draft folder)."""
+    from utils.export.draft import export_draft
+    from utils.export.target import export_target
+
+    root = tmp_path_factory.mktemp("tiny-ir")
+    draft = export_draft(tiny_pair.draft, root / "draft")
+    target = export_target(tiny_pair.target, root / "target", draft=tiny_pair.draft, prefill_chunk=32)
+    return target, draft

@@ -19,7 +19,8 @@ import numpy as np
 from utils.draft.config import DSparkConfig, DraftValidationError
 
 __all__ = ["DRAFT_WEIGHTS", "DRAFT_WEIGHTS_INDEX", "LOCAL_TO_TARGET", "EXPORT_AUDIT", "LAYER_TENSORS",
-           "draft_tensor_shapes", "DraftCheckpoint", "load_draft_checkpoint", "TargetSpec", "check_draft_fits_target"]
+           "draft_tensor_shapes", "DraftCheckpoint", "load_draft_checkpoint", "TargetSpec", "check_draft_fits_target",
+           "check_config_fits_target"]
 
 DRAFT_WEIGHTS = "model.safetensors"
 DRAFT_WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -203,7 +204,11 @@ class TargetSpec:
 
 def check_draft_fits_target(draft: DraftCheckpoint, target: TargetSpec) -> None:
     """Raises DraftValidationError when the draft was made for another target (sizes, vocabulary, layers)."""
-    config, source = draft.config, draft.folder / "config.json"
+    check_config_fits_target(draft.config, target, source=str(draft.folder / "config.json"))
+
+
+def check_config_fits_target(config: DSparkConfig, target: TargetSpec, *, source: str) -> None:
+    """`check_draft_fits_target` from the draft's config alone (an exported draft folder has no checkpoint)."""
     if config.hidden_size != target.hidden_size:
         raise DraftValidationError(f"{source}: hidden_size={config.hidden_size} but the target's is "
                                    f"{target.hidden_size}: this draft was made for another target")

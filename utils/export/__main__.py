@@ -1,4 +1,10 @@
-"""Command line: `python -m utils.export draft --model SRC --out DIR [--weight-format fp32|fp16] [--overwrite]`.
+"""Command line: export the target or the draft to OpenVINO IR.
+
+    python -m utils.export target --model SRC --out DIR [--draft DRAFT] [--weight-format fp32|fp16|int8] ...
+    python -m utils.export draft --model SRC --out DIR [--weight-format fp32|fp16] [--overwrite]
+
+`--backend optimum` runs `optimum-cli export openvino` instead, when the installed optimum-intel can export
+the model (a capability probe decides; otherwise the command says why and exits 2).
 
 Each subcommand registers itself with an `add_*_command(subparsers)` function that sets its handler, so more
 subcommands (the target) sit next to `draft` without touching it. A handler returns the exit code: 0 on
@@ -13,23 +19,68 @@ from pathlib import Path
 
 from utils.files import folder_size
 
-__all__ = ["add_draft_command", "main"]
+__all__ = ["add_draft_command", "add_target_command", "main"]
 
 
-def _run_draft(args: argparse.Namespace) -> int:
-    from utils.draft.config import DraftValidationError
-    from utils.export.draft import export_draft
-
+def _run(args: argparse.Namespace, export) -> int:
+    """Runs `export()` with the shared checks and messages; returns the exit code."""
     if Path(args.out).exists() and not args.overwrite:
         print(f"error: {args.out} already exists; pass --overwrite to replace it", file=sys.stderr)
         return 2
     try:
-        out = export_draft(args.model, args.out, weight_format=args.weight_format, overwrite=args.overwrite)
-    except DraftValidationError as error:
+        if args.backend == "optimum":
+            from utils.export.upstream import run_optimum_export
+
+            out = run_optimum_export(args.command, args.model, args.out, weight_format=args.weight_format)
+        else:
+            out = export()
+    except (ValueError, FileNotFoundError) as error:  # DraftValidationError is a ValueError
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"draft exported ({args.weight_format}, {folder_size(out) / 1e6:.2f} MB): {out}")
+    print(f"{args.command} exported ({args.weight_format}, {folder_size(out) / 1e6:.2f} MB): {out}")
     return 0
+
+
+def _run_draft(args: argparse.Namespace) -> int:
+    from utils.export.draft import export_draft
+
+    return _run(args, lambda: export_draft(args.model, args.out, weight_format=args.weight_format,
+                                           overwrite=args.overwrite))
+
+
+def _run_target(args: argparse.Namespace) -> int:
+    from utils.export.target import export_target
+
+    return _run(args, lambda: export_target(args.model, args.out, draft=args.draft,
+                                            hidden_layer_ids=args.hidden_layer_ids, verify_length=args.verify_length,
+                                            prefill_chunk=args.prefill_chunk, weight_format=args.weight_format,
+                                            overwrite=args.overwrite))
+
+
+def _add_common_arguments(parser, *, weight_formats: tuple[str, ...], model_help: str) -> None:
+    parser.add_argument("--model", required=True, help=model_help)
+    parser.add_argument("--out", required=True, help="the folder to create")
+    parser.add_argument("--weight-format", choices=weight_formats, default="fp32")
+    parser.add_argument("--backend", choices=("suite", "optimum"), default="suite",
+                        help="suite: our exporter (default); optimum: optimum-cli, where it supports the model")
+    parser.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
+
+
+def add_target_command(subparsers) -> None:
+    """Registers `target`: export a MiniCPM-OCR folder to OpenVINO IR."""
+    from utils.export.target import TARGET_WEIGHT_FORMATS
+
+    parser = subparsers.add_parser("target", help="export a MiniCPM-OCR target to OpenVINO IR",
+                                   description="Writes the vision, embedding and language-model IRs (with "
+                                               "rollback for speculative decoding), the tokenizer IRs and the "
+                                               "configs into DIR, atomically.")
+    _add_common_arguments(parser, weight_formats=TARGET_WEIGHT_FORMATS,
+                          model_help="the MiniCPM-OCR folder (config.json, model.safetensors, tokenizer, ...)")
+    parser.add_argument("--draft", help="the DSpark draft folder whose target layers and block size the IR serves")
+    parser.add_argument("--hidden-layer-ids", type=int, nargs="+", help="target layers to output (default: the draft's)")
+    parser.add_argument("--verify-length", type=int, help="tokens per verification (default: draft block size + 1)")
+    parser.add_argument("--prefill-chunk", type=int, default=128, help="tokens per prefill call")
+    parser.set_defaults(handler=_run_target)
 
 
 def add_draft_command(subparsers) -> None:
@@ -40,10 +91,8 @@ def add_draft_command(subparsers) -> None:
                                    description="Validates the draft, then writes openvino_model.xml, "
                                                "openvino_markov_head_model.xml, config.json and "
                                                "local-to-target.json into DIR, atomically.")
-    parser.add_argument("--model", required=True, help="the draft folder (config.json, model.safetensors, ...)")
-    parser.add_argument("--out", required=True, help="the folder to create")
-    parser.add_argument("--weight-format", choices=WEIGHT_FORMATS, default="fp32")
-    parser.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
+    _add_common_arguments(parser, weight_formats=WEIGHT_FORMATS,
+                          model_help="the draft folder (config.json, model.safetensors, ...)")
     parser.set_defaults(handler=_run_draft)
 
 
@@ -51,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parses `argv` and runs the chosen subcommand; returns its exit code."""
     parser = argparse.ArgumentParser(prog="python -m utils.export", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
+    add_target_command(subparsers)
     add_draft_command(subparsers)
     args = parser.parse_args(argv)
     return args.handler(args)

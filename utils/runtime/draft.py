@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
+from utils.runtime.clock import InferenceClock
+
 __all__ = ["DRAFT_MODEL", "MARKOV_HEAD_MODEL", "RT_INFO_NAMESPACE", "RT_INFO_KEYS", "DraftInfo",
            "read_draft_info", "read_d2t", "ContextCache", "DraftModel", "MarkovHead"]
 
@@ -170,6 +172,7 @@ class DraftModel:
         self.cache = ContextCache(len(past), kv_heads=kv_heads, head_dim=head_dim)
         self._past_names = [f"past_{kind}.{layer}" for layer in range(len(past)) for kind in ("key", "value")]
         self._present_names = [name.replace("past_", "present_") for name in self._past_names]
+        self.clock = InferenceClock()
         self._request = _compile(model, device, properties).create_infer_request()
 
     @property
@@ -196,7 +199,8 @@ class DraftModel:
                   "hidden_states": np.ascontiguousarray(new_context, np.float32),
                   "position_ids": np.arange(start, start + total, dtype=np.int64)[None]}
         inputs |= dict(zip(self._past_names, self.cache.views()))
-        self._request.infer(inputs, share_inputs=True)
+        with self.clock.measure():
+            self._request.infer(inputs, share_inputs=True)
         output = self._request.get_tensor
         self.cache.append([output(name).data for name in self._present_names])
         return output("logits").data[0].copy(), output("last_hidden_state").data[0].copy()
@@ -218,6 +222,7 @@ class MarkovHead:
         """
         model = _read(folder, MARKOV_HEAD_MODEL)
         self.info = read_draft_info(model, source=str(Path(folder) / MARKOV_HEAD_MODEL))
+        self.clock = InferenceClock()
         self._compiled = _compile(model, device, properties)
 
     def walk(self, logits: np.ndarray, hidden: np.ndarray, *, anchor: int, num_tokens: int,
@@ -247,7 +252,8 @@ class MarkovHead:
                   "top_k": np.array(top_k, np.int64)}
         if self.info.confidence_head:
             inputs["last_hidden_state"] = hidden.astype(np.float32, copy=False)
-        result = self._compiled(inputs)
+        with self.clock.measure():
+            result = self._compiled(inputs)
         token_ids = result["token_ids"][:num_tokens].copy()
         confidences = result["confidences"][:num_tokens].copy() if self.info.confidence_head else None
         return token_ids, confidences

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from utils.runtime.clock import InferenceClock
+
 __all__ = ["VISION_EMBEDDINGS_NAME", "TEXT_EMBEDDINGS_NAME", "VisionEncoder", "TextEmbeddings", "split_tiles"]
 
 # IR file names, defined here (torch-free) and written by `utils.export.vision`.
@@ -63,6 +65,7 @@ class VisionEncoder:
             properties: compile properties, e.g. {"INFERENCE_PRECISION_HINT": "f32"}.
         """
         self.compiled = _compile(Path(folder) / VISION_EMBEDDINGS_NAME, device=device, properties=properties)
+        self.clock = InferenceClock()
 
     def __call__(self, pixel_values: np.ndarray, target_sizes: np.ndarray) -> np.ndarray:
         """Runs the tiles through the vision IR, one inference per run of same-size tiles.
@@ -74,11 +77,12 @@ class VisionEncoder:
         Returns:
             [T, H] float32, the rows for the image tokens in prompt order.
         """
-        features = [
-            self.compiled({"pixel_values": batch.astype(np.float32, copy=False),
-                           "target_sizes": np.array([size], dtype=np.int32)})[0]
-            for size, batch in split_tiles(pixel_values, np.asarray(target_sizes))
-        ]
+        with self.clock.measure():
+            features = [
+                self.compiled({"pixel_values": batch.astype(np.float32, copy=False),
+                               "target_sizes": np.array([size], dtype=np.int32)})[0]
+                for size, batch in split_tiles(pixel_values, np.asarray(target_sizes))
+            ]
         return np.concatenate(features, axis=0)
 
 
@@ -93,7 +97,9 @@ class TextEmbeddings:
             properties: compile properties.
         """
         self.compiled = _compile(Path(folder) / TEXT_EMBEDDINGS_NAME, device=device, properties=properties)
+        self.clock = InferenceClock()
 
     def __call__(self, input_ids: np.ndarray) -> np.ndarray:
         """[batch, S] int -> [batch, S, H] float32."""
-        return self.compiled({"input_ids": np.asarray(input_ids, dtype=np.int64)})[0]
+        with self.clock.measure():
+            return self.compiled({"input_ids": np.asarray(input_ids, dtype=np.int64)})[0]

@@ -1,0 +1,189 @@
+"""Speculative OCR on OpenVINO Runtime: lossless against target-only decoding of the same IR, and clear errors."""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+
+import numpy as np
+import pytest
+
+from utils.pages import sample_pages
+from utils.runtime.pipeline import SpeculativeOcrPipeline
+
+PROMPTS = ("Text Recognition:", "Read all the text in the image.")
+PAGES = sample_pages()
+
+
+@pytest.fixture(scope="module")
+def pipelines(tiny_ir):
+    target, draft = tiny_ir
+    baseline = SpeculativeOcrPipeline(target, device="CPU", f32=True)
+    speculative = SpeculativeOcrPipeline(target, draft, device="CPU", f32=True)
+    return baseline, speculative
+
+
+@pytest.fixture(scope="module")
+def answer(pipelines):
+    """Target-only greedy tokens of (page, prompt) for a budget, cached."""
+    baseline, _ = pipelines
+
+    @functools.cache
+    def run(page: int, prompt: int, max_new_tokens: int) -> tuple[int, ...]:
+        return tuple(baseline.generate(PAGES[page].image, PROMPTS[prompt], max_new_tokens=max_new_tokens).tokens)
+
+    return run
+
+
+class OracleProposer:
+    """A stand-in draft that knows the target's answer and gets a seeded share of tokens wrong."""
+
+    clocks = ()
+
+    def __init__(self, answer: tuple[int, ...], *, seed: int, error_rate: float, vocab_size: int = 1000):
+        self.answer, self.error_rate, self.vocab_size = answer, error_rate, vocab_size
+        self.random = random.Random(seed)
+
+    def reset(self) -> None:
+        pass
+
+    def propose(self, anchor, new_context, *, num_tokens, top_k, timer, generated):
+        start = len(generated)
+        tokens = list(self.answer[start:start + num_tokens])
+        tokens += [self.random.randrange(self.vocab_size) for _ in range(num_tokens - len(tokens))]
+        tokens = [(t + 1) % self.vocab_size if self.random.random() < self.error_rate else t for t in tokens]
+        return tokens, np.array([self.random.random() for _ in tokens], np.float32)
+
+
+def _check_metrics(result, *, num_assistant_tokens):
+    metrics = result.metrics
+    assert sum(accepted + 1 for accepted in metrics.accepted_per_step) == len(result.tokens)
+    assert metrics.num_steps == len(metrics.steps) and metrics.steps[0].drafted == ()
+    assert all(len(step.drafted) <= num_assistant_tokens for step in metrics.steps)
+    assert 0 < metrics.ttft <= metrics.total
+    assert sum(metrics.time_breakdown.values()) == pytest.approx(metrics.total, rel=1e-6, abs=1e-6)
+    assert 0 < metrics.openvino_seconds <= metrics.total
+
+
+DSPARK_CASES = [(page, page % 2, k) for page, k in zip(range(10), [8, 3, 7, 1, 8, 5, 2, 8, 4, 6])]
+
+
+@pytest.mark.parametrize("page, prompt, num_assistant_tokens", DSPARK_CASES)
+@pytest.mark.parametrize("markov_head_top_k", [None, 0])
+def test_dspark_output_equals_target_only(pipelines, answer, page, prompt, num_assistant_tokens, markov_head_top_k):
+    _, speculative = pipelines
+    result = speculative.generate(PAGES[page].image, PROMPTS[prompt], max_new_tokens=40,
+                                  num_assistant_tokens=num_assistant_tokens, markov_head_top_k=markov_head_top_k)
+    assert tuple(result.tokens) == answer(page, prompt, 40)
+    _check_metrics(result, num_assistant_tokens=num_assistant_tokens)
+
+
+ORACLE_CASES = [  # (page, prompt, oracle seed, error rate, num_assistant_tokens, max_new_tokens)
+    (3, 0, 0, 0.0, 8, 48), (4, 0, 1, 0.0, 5, 48), (5, 0, 2, 0.0, 7, 48), (6, 0, 3, 0.0, 4, 48),
+    (1, 1, 4, 0.0, 8, 48), (2, 1, 5, 0.2, 6, 48), (8, 1, 6, 0.2, 8, 48), (9, 1, 7, 0.3, 3, 48),
+    (0, 0, 8, 0.0, 8, 12), (7, 0, 9, 0.0, 5, 9), (0, 1, 10, 0.1, 8, 30), (2, 0, 11, 0.5, 8, 17),
+]
+
+
+@pytest.mark.parametrize("page, prompt, seed, error_rate, num_assistant_tokens, max_new_tokens", ORACLE_CASES)
+def test_partial_and_full_acceptance_equal_target_only(tiny_ir, answer, page, prompt, seed, error_rate,
+                                                       num_assistant_tokens, max_new_tokens):
+    expected = answer(page, prompt, max_new_tokens)
+    oracle = OracleProposer(expected, seed=seed, error_rate=error_rate)
+    pipeline = SpeculativeOcrPipeline(tiny_ir[0], device="CPU", f32=True, proposer=oracle, block_size=8)
+    result = pipeline.generate(PAGES[page].image, PROMPTS[prompt], max_new_tokens=max_new_tokens,
+                               num_assistant_tokens=num_assistant_tokens)
+    assert tuple(result.tokens) == expected
+    _check_metrics(result, num_assistant_tokens=num_assistant_tokens)
+    if error_rate == 0.0:  # every step but the last emits a whole block: rollback never needed, state must hold
+        assert [len(step.emitted) for step in result.metrics.steps[1:-1]] == \
+            [num_assistant_tokens + 1] * (result.metrics.num_steps - 2)
+    else:
+        assert any(0 < step.accepted < len(step.drafted) for step in result.metrics.steps)  # partial rollbacks
+
+
+def test_eos_and_the_budget_fall_inside_blocks_in_the_oracle_cases(answer):
+    eos_inside = budget_inside = False
+    for page, prompt, _, error_rate, k, budget in ORACLE_CASES:
+        tokens = answer(page, prompt, budget)
+        if error_rate == 0.0 and (len(tokens) - 1) % (k + 1) not in (0, k + 1):
+            eos_inside |= len(tokens) < budget
+            budget_inside |= len(tokens) == budget
+    assert eos_inside and budget_inside
+
+
+@pytest.fixture(scope="module")
+def transformers_target(tiny_pair):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    return (AutoModelForImageTextToText.from_pretrained(tiny_pair.target).eval(),
+            AutoProcessor.from_pretrained(tiny_pair.target))
+
+
+@pytest.mark.parametrize("page, prompt", [(0, 0), (4, 1), (6, 0)])
+def test_speculative_output_equals_the_pytorch_target(pipelines, transformers_target, page, prompt):
+    model, processor = transformers_target
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": PROMPTS[prompt]}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    inputs = processor(images=[PAGES[page].image], text=[text], return_tensors="pt")
+    expected = model.generate(**inputs, max_new_tokens=32, do_sample=False)[0, inputs["input_ids"].shape[1]:].tolist()
+    result = pipelines[1].generate(PAGES[page].image, PROMPTS[prompt], max_new_tokens=32)
+    assert result.tokens == expected
+    assert result.texts[0] == processor.tokenizer.decode(expected, skip_special_tokens=True)
+
+
+def test_streamed_text_is_the_final_text(pipelines, answer):
+    pieces = []
+    result = pipelines[1].generate(PAGES[2].image, PROMPTS[0], max_new_tokens=30, streamer=pieces.append)
+    assert "".join(pieces) == result.texts[0] and len(pieces) > 1
+
+
+def test_confidence_threshold_keeps_the_output(tiny_ir, answer):
+    expected = answer(4, 0, 48)
+    pipeline = SpeculativeOcrPipeline(tiny_ir[0], device="CPU", f32=True, block_size=8,
+                                      proposer=OracleProposer(expected, seed=3, error_rate=0.1))
+    result = pipeline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=48, confidence_threshold=0.5)
+    assert tuple(result.tokens) == expected
+    assert any(len(step.drafted) < 8 for step in result.metrics.steps[1:])
+
+
+def test_bad_input_fails_clearly(pipelines, tmp_path):
+    _, speculative = pipelines
+    (tmp_path / "page.png").write_bytes(b"not an image at all")
+    with pytest.raises(ValueError, match="not an image"):
+        speculative.generate(tmp_path / "page.png")
+    with pytest.raises(ValueError, match="prompt is empty"):
+        speculative.generate(PAGES[0].image, "  ")
+    with pytest.raises(ValueError, match=r"num_assistant_tokens=9 must be in \[1, 8\]"):
+        speculative.generate(PAGES[0].image, num_assistant_tokens=9)
+    with pytest.raises(ValueError, match="max_new_tokens=0"):
+        speculative.generate(PAGES[0].image, max_new_tokens=0)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"target_layer_ids": (0, 2)}, "exported for layers"),
+    ({"hidden_size": 32}, "hidden_size=32 but the target's is 64"),
+])
+def test_draft_exported_for_another_target_is_rejected(tiny_ir, tmp_path, options, message):
+    from utils.export.draft import export_draft
+    from utils.tiny import TinyPairConfig, build_tiny_pair
+
+    other = build_tiny_pair(tmp_path / "other", TinyPairConfig(**options))
+    draft = export_draft(other.draft, tmp_path / "other-draft")
+    with pytest.raises(ValueError, match=message):
+        SpeculativeOcrPipeline(tiny_ir[0], draft, device="CPU")
+
+
+def test_command_line_prints_text_and_metrics_as_json(tiny_ir, tmp_path, capsys):
+    from utils.ocr import main
+
+    PAGES[5].image.save(tmp_path / "letter.png")
+    assert main([str(tmp_path / "letter.png"), "--target", str(tiny_ir[0]), "--draft", str(tiny_ir[1]),
+                 "--max-new-tokens", "20", "--json", "--device", "CPU"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    same_settings = SpeculativeOcrPipeline(tiny_ir[0], tiny_ir[1], device="CPU")  # the CLI's default precision
+    expected = same_settings.generate(tmp_path / "letter.png", max_new_tokens=20)
+    assert printed["tokens"] == expected.tokens and printed["text"] == expected.texts[0]
+    assert printed["metrics"]["num_generated_tokens"] == len(expected.tokens)
+    assert main([str(tmp_path / "missing.png"), "--target", str(tiny_ir[0])]) == 2

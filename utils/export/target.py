@@ -1,0 +1,111 @@
+"""Export of a MiniCPM-OCR target folder to the OpenVINO IR folder the speculative pipeline reads.
+
+The folder holds:
+    openvino_vision_embeddings_model.xml   vision tower + merger: one batch of same-size tiles -> image features
+    openvino_text_embeddings_model.xml     input ids -> embeddings (the draft's block is embedded with it too)
+    openvino_language_model_{prefill,decode,verify}.xml + openvino_language_model_config.json
+                                           the text model with explicit state and rollback terms
+    openvino_tokenizer.xml / openvino_detokenizer.xml + the HF tokenizer and processor files
+    config.json, generation_config.json    copied from the source
+    openvino_target_export.json            what was exported, from where, with which options
+
+The language model outputs the hidden states of the layers a draft reads, so the export needs the draft's
+`target_layer_ids` (from `--draft`, or given explicitly).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from utils.files import atomic_directory
+
+__all__ = ["TARGET_MANIFEST", "TARGET_WEIGHT_FORMATS", "export_target"]
+
+TARGET_MANIFEST = "openvino_target_export.json"
+TARGET_WEIGHT_FORMATS = ("fp32", "fp16", "int8")
+_COPIED = ("config.json", "generation_config.json")
+
+
+def _check_source(source: Path) -> dict:
+    path = source / "config.json"
+    if not path.is_file():
+        raise ValueError(f"{path}: not found; --model must be a MiniCPM-OCR folder (config.json, model.safetensors)")
+    config = json.loads(path.read_text())
+    if config.get("model_type") != "minicpm_ocr":
+        raise ValueError(f"{path}: model_type={config.get('model_type')!r}, expected 'minicpm_ocr'")
+    return config
+
+
+def _layer_ids_and_verify_length(source: Path, draft: Path | None, hidden_layer_ids, verify_length
+                                 ) -> tuple[list[int], int]:
+    if draft is not None:
+        from utils.draft.checkpoint import TargetSpec, check_draft_fits_target, load_draft_checkpoint
+
+        checkpoint = load_draft_checkpoint(draft)
+        check_draft_fits_target(checkpoint, TargetSpec.from_folder(source))
+        config = checkpoint.config
+        hidden_layer_ids = hidden_layer_ids or list(config.target_layer_ids)
+        verify_length = verify_length or config.block_size + 1
+    if not hidden_layer_ids:
+        raise ValueError("the language model needs the draft's target layer ids: pass draft=DRAFT_FOLDER "
+                         "(--draft) or hidden_layer_ids (--hidden-layer-ids)")
+    return [int(i) for i in hidden_layer_ids], int(verify_length or 16)
+
+
+def export_target(source: Path | str, out: Path | str, *, draft: Path | str | None = None,
+                  hidden_layer_ids: list[int] | None = None, verify_length: int | None = None,
+                  prefill_chunk: int = 128, weight_format: str = "fp32", overwrite: bool = False) -> Path:
+    """Exports a MiniCPM-OCR folder (tiny or `openbmb/MiniCPM-OCR-1.0`) to an IR folder, atomically.
+
+    Args:
+        source: the transformers folder.
+        out: the IR folder to create.
+        draft: a DSpark draft folder whose `target_layer_ids` and `block_size` size the language model.
+        hidden_layer_ids: target layers whose outputs the language model returns (default: the draft's).
+        verify_length: tokens per verification (default: the draft's block_size + 1, else 16).
+        prefill_chunk: tokens per prefill call.
+        weight_format: `fp32`, `fp16` or `int8` (INT8 for the language model, fp16 for the embeddings).
+        overwrite: replace an existing `out`.
+
+    Returns:
+        `out`.
+    """
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForImageTextToText
+
+    from utils.export.language_model import export_language_model
+    from utils.export.tokenizer import export_tokenizer
+    from utils.export.vision import export_text_embeddings, export_vision_embeddings
+
+    source, out = Path(source), Path(out)
+    if weight_format not in TARGET_WEIGHT_FORMATS:
+        raise ValueError(f"weight_format={weight_format!r} must be one of {TARGET_WEIGHT_FORMATS}")
+    _check_source(source)
+    layer_ids, verify_length = _layer_ids_and_verify_length(source, draft and Path(draft), hidden_layer_ids,
+                                                           verify_length)
+    start = time.perf_counter()
+    model = AutoModelForImageTextToText.from_pretrained(source, dtype="float32").eval()
+    half_embeddings = weight_format != "fp32"
+    steps = [
+        ("language model", lambda folder: export_language_model(
+            model, folder, hidden_layer_ids=layer_ids, verify_length=verify_length, prefill_chunk=prefill_chunk,
+            weight_format=weight_format)),
+        ("vision", lambda folder: export_vision_embeddings(model, folder, compress_to_fp16=half_embeddings)),
+        ("embeddings", lambda folder: export_text_embeddings(model, folder, compress_to_fp16=half_embeddings)),
+        ("tokenizer", lambda folder: export_tokenizer(source, folder)),
+    ]
+    with atomic_directory(out, overwrite=overwrite) as staging:
+        for name, step in tqdm(steps, desc="export target", unit="part"):
+            step(staging)
+        for name in _COPIED:
+            if (source / name).is_file():
+                shutil.copy2(source / name, staging / name)
+        manifest = {"source": str(source), "weight_format": weight_format, "hidden_layer_ids": layer_ids,
+                    "verify_length": verify_length, "prefill_chunk": prefill_chunk,
+                    "draft": None if draft is None else str(draft),
+                    "export_seconds": round(time.perf_counter() - start, 1)}
+        (staging / TARGET_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return out

@@ -1,0 +1,73 @@
+"""Command line: speculative OCR of one image on OpenVINO.
+
+    python -m utils.ocr IMAGE [--target DIR] [--draft DIR|none] [--prompt TEXT] [--max-new-tokens N]
+                              [--num-assistant-tokens K] [--markov-head-top-k K] [--device D] [--json]
+
+With no --target it builds and exports the tiny pair into the suite's model cache once (`models/` at the
+repository root, or $DSPARK_OCR_MODELS) and reuses it afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m utils.ocr", description="Speculative OCR on OpenVINO.")
+    parser.add_argument("image", help="image file to read")
+    parser.add_argument("--target", help="target IR folder (default: the tiny pair, exported on first use)")
+    parser.add_argument("--draft", help="draft IR folder, or 'none' for target-only decoding "
+                                        "(default: the tiny draft when --target is not given)")
+    parser.add_argument("--prompt", default="Text Recognition:")
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--num-assistant-tokens", type=int, default=None, help="default: the draft's block size")
+    parser.add_argument("--markov-head-top-k", type=int, default=None,
+                        help="K of the Top-K candidate scorer; 0 = dense walk (default: min(64, draft vocab))")
+    parser.add_argument("--confidence-threshold", type=float, default=0.0)
+    parser.add_argument("--device", default=None, help="CPU, GPU or AUTO (default: GPU when present)")
+    parser.add_argument("--json", action="store_true", help="print the text and metrics as one JSON object")
+    return parser
+
+
+def _model_folders(args) -> tuple[str, str | None]:
+    if args.target is None:
+        from utils.models import default_ir_pair
+
+        target, draft = default_ir_pair()
+        draft = None if args.draft == "none" else (args.draft or draft)
+        return str(target), draft and str(draft)
+    return args.target, None if args.draft in (None, "none") else args.draft
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from utils.runtime.pipeline import SpeculativeOcrPipeline
+
+    try:
+        target, draft = _model_folders(args)
+        pipeline = SpeculativeOcrPipeline(target, draft, device=args.device)
+        streamer = None if args.json else (lambda text: print(text, end="", flush=True))
+        result = pipeline.generate(args.image, args.prompt, max_new_tokens=args.max_new_tokens,
+                                   num_assistant_tokens=args.num_assistant_tokens,
+                                   markov_head_top_k=args.markov_head_top_k, streamer=streamer,
+                                   confidence_threshold=args.confidence_threshold)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    metrics = result.metrics
+    if args.json:
+        print(json.dumps({"text": result.texts[0], "tokens": result.tokens, "device": pipeline.device,
+                          "draft": draft, "metrics": metrics.as_dict()}))
+    else:
+        print(f"\n\n{metrics.num_generated_tokens} tokens in {metrics.num_steps} steps "
+              f"({metrics.mean_tokens_per_step:.2f} tokens/step), {metrics.decode_tokens_per_s:.1f} tokens/s "
+              f"decode, first token after {metrics.ttft * 1000:.0f} ms, on {pipeline.device}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
