@@ -12,7 +12,10 @@ from PIL import Image, ImageDraw, ImageFont
 
 from utils.tiny.tokenizer import CORPUS_PATH
 
-__all__ = ["SamplePage", "sample_pages", "render_page"]
+__all__ = ["SAMPLE_PROMPTS", "SamplePage", "sample_pages", "render_page"]
+
+# The user prompts the suite asks about every page (MiniCPM-OCR's own prompt first).
+SAMPLE_PROMPTS = ("Text Recognition:", "Read all the text in the image.")
 
 _LINE_HEIGHT = 14
 _MARGIN = 8

@@ -10,10 +10,12 @@ from pathlib import Path
 
 from utils.files import atomic_directory
 
-__all__ = ["TinyPairConfig", "TinyPair", "build_tiny_pair", "BUILD_STAMP"]
+__all__ = ["TinyPairConfig", "DistillConfig", "TinyPair", "build_tiny_pair", "build_stamp", "default_pair",
+           "BUILD_STAMP", "DEFAULT_PAIR_FOLDER"]
 
 BUILD_STAMP = "tiny-pair.json"
 BUILDER_VERSION = 2  # bump when the builder's output changes, so pairs built by older code are rebuilt
+DEFAULT_PAIR_FOLDER = "tiny"  # below the models folder of the notebooks and `python -m utils.ocr`
 
 
 @dataclass(frozen=True)
@@ -90,12 +92,62 @@ class TinyPairConfig:
 
 
 @dataclass(frozen=True)
+class DistillConfig:
+    """How `utils.tiny.distill` trains the tiny draft on the tiny target's greedy answers (see that module).
+
+    The defaults take about two minutes on two CPU cores.
+    """
+
+    pages: int = 96  # generated training pages; each is answered for every prompt
+    prompts: tuple[str, ...] = ("Text Recognition:", "Read all the text in the image.")
+    max_new_tokens: int = 64  # answer budget per (page, prompt)
+    steps: int = 300
+    sequences_per_step: int = 8
+    learning_rate: float = 3e-3
+    loss_decay_gamma: float = 4.0
+    confidence_alpha: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "prompts", tuple(self.prompts))
+        for name in ("pages", "steps", "sequences_per_step"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DistillConfig: {name}={getattr(self, name)} must be >= 1")
+        if not self.prompts:
+            raise ValueError("DistillConfig: prompts must not be empty")
+        if self.max_new_tokens < 2:
+            raise ValueError(f"DistillConfig: max_new_tokens={self.max_new_tokens} must be >= 2 "
+                             f"(an anchor and a label)")
+        for name in ("learning_rate", "loss_decay_gamma"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"DistillConfig: {name}={getattr(self, name)} must be > 0")
+        if self.confidence_alpha < 0:
+            raise ValueError(f"DistillConfig: confidence_alpha={self.confidence_alpha} must be >= 0")
+
+    def options(self) -> dict:
+        """Every option, JSON-ready (recorded in the pair's build stamp)."""
+        return {key: (list(value) if isinstance(value, tuple) else value)
+                for key, value in dataclasses.asdict(self).items()}
+
+
+def build_stamp(config: TinyPairConfig, distill: DistillConfig | None = None) -> dict:
+    """What `BUILD_STAMP` holds for a pair: the options, the builder version and, if distilled, how."""
+    stamp = config.to_json()
+    return stamp if distill is None else stamp | {"distill": distill.options()}
+
+
+def _options(stamp: dict) -> dict:
+    return {key: value for key, value in stamp.items() if key != "builder_version"}
+
+
+@dataclass(frozen=True)
 class TinyPair:
     """Where a built tiny pair lives."""
 
     root: Path
     config: TinyPairConfig
     seconds: float = 0.0
+    distill: DistillConfig | None = None  # how the draft was distilled; None: the random draft
 
     @property
     def target(self) -> Path:
@@ -106,16 +158,18 @@ class TinyPair:
         return self.root / "draft"
 
 
-def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, overwrite: bool = False) -> TinyPair:
+def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, distill: DistillConfig | None = None,
+                    overwrite: bool = False) -> TinyPair:
     """Builds the tiny MiniCPM-OCR target and its tiny DSpark draft into `out/target` and `out/draft`, offline.
 
     Deterministic for a config (same seed, same files, same hashes). An existing pair built with the same
-    config is reused; one built with another config is an error unless `overwrite`. The whole pair is written
-    atomically, so an interrupted build leaves no folder that looks valid.
+    config and distillation is reused; one built with other options is an error unless `overwrite`. The
+    whole pair is written atomically, so an interrupted build leaves no folder that looks valid.
 
     Args:
         out: folder that receives `target/`, `draft/` and the build stamp.
         config: sizes and seed; defaults to `TinyPairConfig()`.
+        distill: train the draft on the target's greedy answers (`utils.tiny.distill`); None keeps it random.
         overwrite: rebuild even if `out` holds a pair.
     """
     from utils.tiny.draft import build_tiny_draft
@@ -124,13 +178,12 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, ov
 
     config = config or TinyPairConfig()
     out = Path(out)
-    stamp = out / BUILD_STAMP
+    stamp, expected = out / BUILD_STAMP, build_stamp(config, distill)
     if stamp.exists() and not overwrite:
         built = json.loads(stamp.read_text())
-        if built == config.to_json():
-            return TinyPair(out, config)
-        built.pop("builder_version", None)
-        if built != config.options():
+        if built == expected:
+            return TinyPair(out, config, distill=distill)
+        if _options(built) != _options(expected):
             raise FileExistsError(f"{out} holds a tiny pair built with other options ({stamp}); "
                                   f"pass overwrite=True or choose another folder")
         # same options, built by an older builder: rebuilt below
@@ -144,5 +197,28 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, ov
         (staging / "draft").mkdir()
         build_tiny_target(config, tokenizer, staging / "target")
         build_tiny_draft(config, tokenizer, staging / "draft")
-        (staging / BUILD_STAMP).write_text(json.dumps(config.to_json(), indent=2) + "\n")
-    return TinyPair(out, config, seconds=time.perf_counter() - start)
+        if distill is not None:
+            from utils.tiny.distill import distill_draft
+
+            distill_draft(staging / "target", staging / "draft", distill)
+        (staging / BUILD_STAMP).write_text(json.dumps(expected, indent=2) + "\n")
+    return TinyPair(out, config, seconds=time.perf_counter() - start, distill=distill)
+
+
+def default_pair(models_dir: Path | str) -> TinyPair:
+    """The embedded default of the notebooks and `python -m utils.ocr`: the distilled tiny pair, built once.
+
+    Lives in `models_dir/tiny`; a pair found there with other options (an older or undistilled build) is
+    replaced, since that folder is the suite's cache.
+
+    Args:
+        models_dir: the models folder (the notebooks use `<repo>/models`).
+
+    Returns:
+        The `TinyPair` (with `seconds == 0` when it was already built).
+    """
+    root = Path(models_dir) / DEFAULT_PAIR_FOLDER
+    config, distill = TinyPairConfig(), DistillConfig()
+    stamp = root / BUILD_STAMP
+    stale = stamp.is_file() and json.loads(stamp.read_text()) != build_stamp(config, distill)
+    return build_tiny_pair(root, config, distill=distill, overwrite=stale)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-__all__ = ["build_tiny_target"]
+__all__ = ["build_tiny_target", "quiet_progress_bars"]
 
 
 def _text_config(spec, tokenizer) -> dict:
@@ -86,14 +86,14 @@ def build_tiny_target(spec, tokenizer, out: Path) -> None:
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=False
     )
-    with _quiet_progress_bars():
+    with quiet_progress_bars():
         model.save_pretrained(out)
     processor.save_pretrained(out)
 
 
 @contextlib.contextmanager
-def _quiet_progress_bars():
-    """Hides transformers' one-shard 'Writing model shards' bar: the tiny build reports its own result."""
+def quiet_progress_bars():
+    """Hides transformers' progress bars ('Writing model shards', 'Loading weights'): the build reports its own."""
     from transformers.utils import logging
 
     enabled = logging.is_progress_bar_enabled()

@@ -1,0 +1,110 @@
+"""How well a draft predicts its target on pages it never saw: tokens per step and confidence AUC.
+
+Runs the PyTorch reference `speculative_generate` on the held-out `utils.pages.sample_pages()` and reads
+the step records. The confidence head predicts, per position, whether the draft token is accepted given
+that the earlier ones were (DeepSpec's per-position acceptance), so its AUC compares the accepted positions
+with the first rejected position of each step; positions after a rejection were drafted from a wrong
+prefix and are not scored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from utils.pages import SAMPLE_PROMPTS
+from utils.verification import StepRecord
+
+__all__ = ["AcceptanceReport", "confidence_auc", "scored_positions", "measure_acceptance"]
+
+
+def confidence_auc(scores: Sequence[float], accepted: Sequence[bool]) -> float:
+    """Area under the ROC curve: the probability that an accepted position scores above a rejected one.
+
+    Ties count one half (the Mann-Whitney statistic). NaN when either class is empty.
+    """
+    scores, accepted = np.asarray(scores, dtype=np.float64), np.asarray(accepted, dtype=bool)
+    if scores.shape != accepted.shape:
+        raise ValueError(f"{scores.shape[0]} scores but {accepted.shape[0]} labels")
+    positives, negatives = scores[accepted], scores[~accepted]
+    if not len(positives) or not len(negatives):
+        return float("nan")
+    order = np.sort(negatives)
+    below = np.searchsorted(order, positives, side="left")
+    ties = np.searchsorted(order, positives, side="right") - below
+    return float((below + 0.5 * ties).sum() / (len(positives) * len(negatives)))
+
+
+def scored_positions(steps: Sequence[StepRecord]) -> tuple[list[float], list[bool]]:
+    """(confidence, accepted) of each accepted draft position and of the first rejected one of every step.
+
+    A step emits `t_0 .. t_a`; draft i is accepted while it equals `t_i`. A step cut by EOS or the budget
+    before its first mismatch tells nothing about the rest of its drafts.
+    """
+    scores, labels = [], []
+    for step in steps:
+        if step.confidences is None:
+            continue
+        for drafted, emitted, confidence in zip(step.drafted, step.emitted, step.confidences):
+            scores.append(confidence)
+            labels.append(drafted == emitted)
+            if drafted != emitted:
+                break
+    return scores, labels
+
+
+@dataclass(frozen=True)
+class AcceptanceReport:
+    """Speculative decoding of the held-out cases with one draft."""
+
+    tokens_per_step: float  # generated tokens / target inferences, the prefill step included
+    tokens: int
+    steps: int
+    confidence_auc: float
+
+
+def measure_acceptance(target_dir: Path | str, draft_dir: Path | str, *, pages: Sequence | None = None,
+                       prompts: Sequence[str] = SAMPLE_PROMPTS, num_assistant_tokens: int | None = None,
+                       markov_head_top_k: int = 64, max_new_tokens: int = 64) -> AcceptanceReport:
+    """Runs greedy speculative decoding on every (page, prompt) and pools the steps.
+
+    Args:
+        target_dir: the transformers target folder.
+        draft_dir: the draft folder.
+        pages: `SamplePage`s; defaults to the held-out `sample_pages()`.
+        prompts: user prompts, each used with every page.
+        num_assistant_tokens: drafts verified per step; defaults to the draft's block size.
+        markov_head_top_k: K of the Markov candidate scorer; 0 selects the dense walk.
+        max_new_tokens: answer budget per case.
+
+    Returns:
+        An `AcceptanceReport`.
+    """
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from utils.draft.checkpoint import TargetSpec
+    from utils.draft.modeling import load_reference_draft
+    from utils.draft.speculative import DSparkDrafter, TargetRunner, speculative_generate
+    from utils.pages import sample_pages
+    from utils.tiny.distill_data import prompt_inputs
+
+    target = AutoModelForImageTextToText.from_pretrained(target_dir).eval()
+    processor = AutoProcessor.from_pretrained(target_dir)
+    draft = load_reference_draft(draft_dir, target=TargetSpec.from_folder(target_dir))
+    runner = TargetRunner(target, hidden_layer_ids=draft.config.target_layer_ids)
+    eos = (target.generation_config.eos_token_id,)
+    steps = []
+    for page in sample_pages() if pages is None else pages:
+        for prompt in prompts:
+            drafter = DSparkDrafter(draft, target.get_input_embeddings(), markov_head_top_k=markov_head_top_k)
+            with torch.no_grad():
+                result = speculative_generate(runner, drafter, prompt_inputs(processor, page.image, prompt),
+                                              max_new_tokens=max_new_tokens, eos_token_ids=eos,
+                                              num_assistant_tokens=num_assistant_tokens or draft.config.block_size)
+            steps += result.steps
+    tokens = sum(step.accepted + 1 for step in steps)
+    return AcceptanceReport(tokens / len(steps), tokens, len(steps), confidence_auc(*scored_positions(steps)))

@@ -1,0 +1,286 @@
+"""Distils the tiny draft on the tiny target's own greedy answers, so offline runs show real acceptance.
+
+A random draft almost never matches the random target (about 1 token per step). Real DSpark drafts are
+trained on their target's outputs; this does the same at toy scale, on CPU, deterministically for a seed.
+
+Objective (DeepSpec `deepspec/modeling/dspark/loss.py`, greedy form):
+- Cross-entropy of the block logits plus the Markov bias against the target's next tokens at every block
+  position (position k predicts token k+1 after the anchor), the Markov head fed the previous *target*
+  token (teacher forcing), weighted by `exp(-k / loss_decay_gamma)`. Labels outside the pruned draft
+  vocabulary cannot be predicted and are left out of this term.
+- The confidence head, trained with binary cross-entropy to predict per position whether the draft's
+  greedy token there equals the target's, given that the earlier positions were accepted (DeepSpec's
+  per-position acceptance rate `1 - TV(draft, target)`, which is this indicator for greedy decoding).
+  Out-of-vocabulary labels count as rejections.
+All draft tensors train (backbone, `fc`, norms, `lm_head`, Markov head, confidence head).
+
+The pruned vocabulary is re-chosen first, as real pruned vocabularies are: the `draft_vocab_size` tokens the
+target writes most often in the training answers (EOS always in). The tiny builder's random subset covers
+under half of what the random target writes, which would cap acceptance near one token per step whatever
+the training. Tokens kept keep their draft ids; the freed ids take the new tokens, so `d2t` stays an
+unsorted delta encoding and the folder keeps the published layout (names, shapes, `local-to-target.json`).
+
+Shape symbols: N sequences, A anchors per sequence, B block size, Vd draft vocabulary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from utils.draft.checkpoint import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, TargetSpec
+from utils.draft.modeling import DSparkDraftModel, load_reference_draft
+from utils.files import sha256_file
+from utils.tiny.anchor_forward import forward_anchor_blocks
+from utils.tiny.distill_data import DistillSequence, collect_sequences, training_pages
+from utils.tiny.pair import DistillConfig
+from utils.tiny.target import quiet_progress_bars
+
+__all__ = ["DistillReport", "frequent_vocabulary", "distill_draft", "dspark_loss"]
+
+# Reference module parameter -> published checkpoint tensor, where the two names differ.
+_CHECKPOINT_NAMES = {
+    "markov_w1.weight": "markov_head.markov_w1.weight",
+    "markov_w2.weight": "markov_head.markov_w2.weight",
+    "confidence_proj.weight": "confidence_head.proj.weight",
+    "confidence_proj.bias": "confidence_head.proj.bias",
+}
+
+
+@dataclass(frozen=True)
+class DistillReport:
+    """What a distillation did."""
+
+    sequences: int
+    label_tokens: int
+    built_vocabulary_coverage: float  # share of the answer tokens the builder's random vocabulary holds
+    vocabulary_coverage: float  # share the re-chosen vocabulary holds (the rest is left out of the CE term)
+    first_loss: float
+    last_loss: float
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """Padded training batch: block inputs and labels of every anchor."""
+
+    block_ids: torch.Tensor  # [N, A, B] target ids of [anchor, mask, ...]
+    target_hidden: torch.Tensor  # [N, S, L*H]
+    anchor_positions: torch.Tensor  # [N, A]
+    labels: torch.Tensor  # [N, A, B] target ids of the tokens after the anchor (0 where absent)
+    present: torch.Tensor  # [N, A, B] bool: the label exists (inside the answer, real anchor)
+
+
+def _batch(sequences: list[DistillSequence], *, block_size: int, mask_token_id: int) -> _Batch:
+    length = max(len(s.token_ids) for s in sequences)
+    anchors = max(len(s.token_ids) - 1 - s.prompt_length for s in sequences)
+    shape = (len(sequences), anchors, block_size)
+    block_ids = torch.full(shape, mask_token_id)
+    target_hidden = torch.zeros(len(sequences), length, sequences[0].target_hidden.shape[-1])
+    anchor_positions = torch.zeros(shape[:2], dtype=torch.long)
+    labels = torch.zeros(shape, dtype=torch.long)
+    present = torch.zeros(shape, dtype=torch.bool)
+    for n, sequence in enumerate(sequences):
+        tokens, size = sequence.token_ids, len(sequence.token_ids)
+        target_hidden[n, :size] = sequence.target_hidden
+        positions = torch.arange(sequence.prompt_length, size - 1)
+        count = len(positions)
+        anchor_positions[n, :count] = positions
+        block_ids[n, :count, 0] = tokens[positions]
+        label_positions = positions[:, None] + torch.arange(1, block_size + 1)
+        present[n, :count] = label_positions < size
+        labels[n, :count] = torch.where(present[n, :count], tokens[label_positions.clamp(max=size - 1)], 0)
+    return _Batch(block_ids, target_hidden, anchor_positions, labels, present)
+
+
+def dspark_loss(model: DSparkDraftModel, block_hidden: torch.Tensor, *, anchor_ids: torch.Tensor,
+                labels: torch.Tensor, present: torch.Tensor, draft_index: torch.Tensor, loss_decay_gamma: float,
+                confidence_alpha: float) -> tuple[torch.Tensor, dict]:
+    """The DSpark objective (greedy form, see the module docstring) for blocks run at anchors.
+
+    Args:
+        block_hidden: [N, A, B, H] output of `forward_anchor_blocks`.
+        anchor_ids: [N, A] target id of each anchor.
+        labels: [N, A, B] target ids the target wrote after each anchor.
+        present: [N, A, B] bool, where a label exists.
+        draft_index: [V] draft id of each target id, -1 outside the draft vocabulary.
+        loss_decay_gamma: position k weighs `exp(-k / gamma)`.
+        confidence_alpha: weight of the confidence term.
+
+    Returns:
+        (scalar loss, {"ce": ..., "confidence": ..., "accuracy": ...} as floats).
+    """
+    block_size = labels.shape[-1]
+    previous = torch.cat((anchor_ids[..., None], labels[..., :-1]), dim=-1)
+    scores = model.logits(block_hidden) + model.markov_bias(previous)  # [N, A, B, Vd]
+    label_draft = draft_index[labels]
+    in_vocabulary = present & (label_draft >= 0)
+    weight = present * torch.exp(-torch.arange(block_size) / loss_decay_gamma)
+    ce_weight = weight * in_vocabulary
+    cross_entropy = F.cross_entropy(scores.flatten(0, 2), label_draft.clamp(min=0).flatten(), reduction="none")
+    ce = (cross_entropy * ce_weight.flatten()).sum() / ce_weight.sum().clamp(min=1e-6)
+    accepted = (scores.argmax(-1) == label_draft) & in_vocabulary
+    confidence = model.confidence(block_hidden, previous).clamp(1e-6, 1 - 1e-6)
+    bce = F.binary_cross_entropy(confidence, accepted.float(), reduction="none")
+    confidence_loss = (bce * weight).sum() / weight.sum().clamp(min=1e-6)
+    stats = {"ce": ce.item(), "confidence": confidence_loss.item(),
+             "accuracy": (accepted.sum() / in_vocabulary.sum().clamp(min=1)).item()}
+    return ce + confidence_alpha * confidence_loss, stats
+
+
+def frequent_vocabulary(target_ids: np.ndarray, counts: Counter, *, eos_token_id: int) -> np.ndarray:
+    """The draft vocabulary re-chosen as the most frequent target tokens, keeping the draft ids of those kept.
+
+    Args:
+        target_ids: [Vd] the current draft vocabulary (target id of each draft id).
+        counts: how often the target wrote each target id.
+        eos_token_id: always in the vocabulary.
+
+    Returns:
+        [Vd] int64 target id of each draft id: ranked by count, ties to the current vocabulary, then to the
+        smaller id.
+    """
+    current = set(target_ids.tolist())
+    candidates = set(counts) | current | {eos_token_id}
+    ranked = sorted(candidates, key=lambda t: (t != eos_token_id, -counts[t], t not in current, t))
+    chosen = set(ranked[:len(target_ids)])
+    newcomers = iter(t for t in ranked if t in chosen and t not in current)
+    return np.array([t if t in chosen else next(newcomers) for t in target_ids.tolist()], dtype=np.int64)
+
+
+def _draft_index(model: DSparkDraftModel) -> torch.Tensor:
+    index = torch.full((model.config.vocab_size,), -1, dtype=torch.long)
+    index[model.target_ids] = torch.arange(model.config.draft_vocab_size)
+    return index
+
+
+def _train(model: DSparkDraftModel, embed_tokens: torch.nn.Module, sequences: list[DistillSequence],
+           config: DistillConfig) -> tuple[float, float]:
+    """AdamW with a cosine schedule over `config.steps` steps of `sequences_per_step` sequences each."""
+    draft_config = model.config
+    draft_index = _draft_index(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * step / config.steps)))
+    generator = torch.Generator().manual_seed(config.seed)
+    order, losses = [], []
+    model.train()
+    for _ in (progress := tqdm(range(config.steps), desc="distilling the tiny draft", leave=False)):
+        if len(order) < config.sequences_per_step:
+            order += torch.randperm(len(sequences), generator=generator).tolist()
+        chosen, order = order[:config.sequences_per_step], order[config.sequences_per_step:]
+        batch = _batch([sequences[i] for i in chosen], block_size=draft_config.block_size,
+                       mask_token_id=draft_config.mask_token_id)
+        with torch.no_grad():
+            block_embeds = embed_tokens(batch.block_ids)
+        hidden = forward_anchor_blocks(model, block_embeds, batch.target_hidden, batch.anchor_positions)
+        loss, stats = dspark_loss(model, hidden, anchor_ids=batch.block_ids[..., 0], labels=batch.labels,
+                                  present=batch.present, draft_index=draft_index,
+                                  loss_decay_gamma=config.loss_decay_gamma, confidence_alpha=config.confidence_alpha)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+        progress.set_postfix(loss=f"{losses[-1]:.3f}", accuracy=f"{stats['accuracy']:.2f}")
+    model.eval()
+    return losses[0], losses[-1]
+
+
+def _write_draft(model: DSparkDraftModel, draft_dir: Path) -> None:
+    """Rewrites the weights, `d2t` and `local-to-target.json` (same names, shapes, order) and the audit hashes."""
+    from safetensors.numpy import load_file, save_file
+
+    path, mapping = draft_dir / DRAFT_WEIGHTS, draft_dir / LOCAL_TO_TARGET
+    tensors = load_file(str(path))
+    for name, parameter in model.state_dict().items():
+        published = _CHECKPOINT_NAMES.get(name, name)
+        if published in tensors:
+            tensors[published] = parameter.detach().numpy().astype(np.float32)
+    target_ids = model.target_ids.numpy().astype(np.int64)
+    tensors["d2t"] = target_ids - np.arange(len(target_ids), dtype=np.int64)
+    save_file(dict(sorted(tensors.items())), str(path), metadata={"format": "pt"})
+    mapping.write_text(json.dumps(target_ids.tolist()) + "\n")
+    audit_path = draft_dir / EXPORT_AUDIT
+    audit = json.loads(audit_path.read_text())
+    audit |= {"weights_sha256": sha256_file(path), "local_to_target_sha256": sha256_file(mapping),
+              "vocabulary": "the draft_vocab_size tokens the target writes most (distilled)"}
+    audit_path.write_text(json.dumps(audit, indent=2) + "\n")
+
+
+def distill_draft(target_dir: Path | str, draft_dir: Path | str, config: DistillConfig | None = None
+                  ) -> DistillReport:
+    """Re-chooses the draft vocabulary and trains the draft in `draft_dir` on the target's greedy answers.
+
+    Runs single-threaded so that the same seed gives the same weights on any machine.
+
+    Args:
+        target_dir: the tiny target folder (transformers).
+        draft_dir: the tiny draft folder (published layout); `model.safetensors`, `local-to-target.json`
+            and `export-audit.json` are rewritten, `config.json` is kept.
+        config: data and training options; defaults to `DistillConfig()`.
+
+    Returns:
+        A `DistillReport`.
+    """
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    config = config or DistillConfig()
+    target_dir, draft_dir = Path(target_dir), Path(draft_dir)
+    with _single_thread(), _quiet_transformers():
+        torch.manual_seed(config.seed)
+        target = AutoModelForImageTextToText.from_pretrained(target_dir).eval()
+        processor = AutoProcessor.from_pretrained(target_dir)
+        model = load_reference_draft(draft_dir, target=TargetSpec.from_folder(target_dir))
+        cases = [(page, prompt) for page in training_pages(config.pages, seed=config.seed)
+                 for prompt in config.prompts]
+        sequences = collect_sequences(target, processor, cases, hidden_layer_ids=model.config.target_layer_ids,
+                                      max_new_tokens=config.max_new_tokens)
+        if not sequences:
+            raise ValueError("distill_draft: the target wrote no answer of two tokens or more; nothing to learn")
+        answers = torch.cat([s.token_ids[s.prompt_length:] for s in sequences])
+        built_coverage = _coverage(model, answers)
+        model.target_ids = torch.from_numpy(frequent_vocabulary(
+            model.target_ids.numpy(), Counter(answers.tolist()), eos_token_id=target.generation_config.eos_token_id))
+        first_loss, last_loss = _train(model, target.get_input_embeddings(), sequences, config)
+        _write_draft(model, draft_dir)
+    return DistillReport(len(sequences), len(answers), built_coverage, _coverage(model, answers), first_loss,
+                         last_loss)
+
+
+@contextlib.contextmanager
+def _single_thread():
+    """One torch thread: the same seed then gives the same weights on any machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Hides transformers' loading bars and slow-kernel notes: the distillation shows its own progress."""
+    from transformers.utils import logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        with quiet_progress_bars():
+            yield
+    finally:
+        logging.set_verbosity(verbosity)
+
+
+def _coverage(model: DSparkDraftModel, tokens: torch.Tensor) -> float:
+    return (_draft_index(model)[tokens] >= 0).float().mean().item()

@@ -1,0 +1,96 @@
+"""Training data for distilling the tiny draft: the tiny target's own greedy answers on generated pages.
+
+Pages are random passages of the shipped corpus rendered at random widths and column counts. The passages
+never use a line of the held-out `utils.pages.sample_pages()`, so those pages stay unseen text and images.
+For each (page, prompt) the target answers greedily, then one pass over prompt + answer gives the hidden
+states of the draft's target layers at every position: the draft's context.
+
+Shape symbols: S: prompt + answer positions, L: target layers read, H: target hidden size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from utils.draft.speculative import TargetRunner
+from utils.pages import render_page, sample_pages
+from utils.tiny.tokenizer import CORPUS_PATH
+
+__all__ = ["DistillSequence", "prompt_inputs", "training_pages", "collect_sequences"]
+
+
+@dataclass(frozen=True)
+class DistillSequence:
+    """One greedy answer of the target with the draft's context features."""
+
+    token_ids: torch.Tensor  # [S] int64: prompt ids (image placeholders included), then the answer
+    target_hidden: torch.Tensor  # [S, L*H] target layer outputs at every position
+    prompt_length: int  # P: the first answer token (the first anchor) sits at position P
+
+
+def prompt_inputs(processor, image, prompt: str) -> dict:
+    """Processor inputs (batch of one) for an image and a user prompt, with the generation prompt appended."""
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return processor(images=[image], text=[text], return_tensors="pt")
+
+
+def _training_lines() -> list[str]:
+    held_out = {line for page in sample_pages() for line in page.text.splitlines() if line.strip()}
+    corpus = CORPUS_PATH.read_text(encoding="utf-8").splitlines()
+    return [line for line in corpus if line.strip() and line not in held_out]
+
+
+def training_pages(count: int, *, seed: int) -> list:
+    """`count` random pages from corpus lines that no held-out sample page shows.
+
+    Args:
+        count: number of pages.
+        seed: the pages are a function of the seed.
+
+    Returns:
+        PIL images.
+    """
+    lines = _training_lines()
+    rng = np.random.default_rng(seed)
+    pages = []
+    for _ in range(count):
+        length = int(rng.integers(1, 13))
+        start = int(rng.integers(0, len(lines) - length + 1))
+        pages.append(render_page("\n".join(lines[start:start + length]), columns=int(rng.integers(1, 3)),
+                                 chars_per_line=int(rng.integers(32, 81))))
+    return pages
+
+
+@torch.no_grad()
+def collect_sequences(target, processor, cases: list[tuple], *, hidden_layer_ids: tuple[int, ...],
+                      max_new_tokens: int) -> list[DistillSequence]:
+    """Greedy answers of the target for (image, prompt) cases, with the hidden states the draft reads.
+
+    Args:
+        target: the transformers MiniCPM-OCR target.
+        processor: its processor.
+        cases: (PIL image, prompt) pairs.
+        hidden_layer_ids: the draft's `target_layer_ids`.
+        max_new_tokens: answer budget per case.
+
+    Returns:
+        One `DistillSequence` per case whose answer has at least two tokens (one anchor and one label).
+    """
+    runner = TargetRunner(target, hidden_layer_ids=hidden_layer_ids)
+    sequences = []
+    for image, prompt in tqdm(cases, desc="target answers", leave=False):
+        inputs = prompt_inputs(processor, image, prompt)
+        prompt_length = inputs["input_ids"].shape[1]
+        output = target.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+        answer = output[0, prompt_length:]
+        if len(answer) < 2:
+            continue
+        embeds = torch.cat((runner.prompt_embeddings(inputs), runner.embed(answer.tolist())), dim=1)
+        _, hidden = runner(embeds)
+        sequences.append(DistillSequence(output[0], hidden[0], prompt_length))
+    return sequences
