@@ -12,9 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["REPO_ROOT", "models_dir", "default_ir_pair"]
+__all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "default_ir_pair", "download_real_pair",
+           "missing_target_files", "missing_draft_files"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+REAL_TARGET_ID = "openbmb/MiniCPM-OCR-1.0"
+REAL_DRAFT_ID = "openbmb/MiniCPM-OCR-1.0-DSpark"
 _EXPORT_STAMP = "source-pair.json"
 
 
@@ -45,3 +48,51 @@ def default_ir_pair(models: Path | str | None = None) -> tuple[Path, Path]:
         export_target(pair.target, target, draft=pair.draft, overwrite=True)
     (exports / _EXPORT_STAMP).write_text(source_stamp)
     return target, draft
+
+
+def download_real_pair(models: Path | str | None = None) -> tuple[Path, Path]:
+    """Downloads the real target and draft (needs internet; huggingface_hub shows progress bars).
+
+    Only safetensors, configs, tokenizer and JSON files are fetched: the suite never loads pickles or runs
+    remote code.
+
+    Returns:
+        (target folder, draft folder) below the models folder.
+    """
+    from huggingface_hub import snapshot_download
+
+    models = Path(models) if models is not None else models_dir()
+    patterns = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model"]
+    folders = []
+    for repo_id in (REAL_TARGET_ID, REAL_DRAFT_ID):
+        local = models / repo_id.split("/")[-1]
+        folders.append(Path(snapshot_download(repo_id, local_dir=local, allow_patterns=patterns)))
+    return folders[0], folders[1]
+
+
+def missing_target_files(folder: Path | str) -> list[str]:
+    """Files an exported target folder lacks (empty when it is complete)."""
+    import json
+
+    from utils.export.tokenizer import DETOKENIZER_NAME, TOKENIZER_NAME
+    from utils.runtime.language_model import LANGUAGE_MODEL_CONFIG
+    from utils.runtime.vision import TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME
+
+    folder = Path(folder)
+    expected = [VISION_EMBEDDINGS_NAME, TEXT_EMBEDDINGS_NAME, LANGUAGE_MODEL_CONFIG, TOKENIZER_NAME, DETOKENIZER_NAME,
+                "config.json", "generation_config.json"]
+    if (folder / LANGUAGE_MODEL_CONFIG).is_file():
+        variants = json.loads((folder / LANGUAGE_MODEL_CONFIG).read_text())["variants"].values()
+        expected += [variant["file"] for variant in variants]
+    expected += [name.replace(".xml", ".bin") for name in expected if name.endswith(".xml")]
+    return [name for name in expected if not (folder / name).is_file()]
+
+
+def missing_draft_files(folder: Path | str) -> list[str]:
+    """Files an exported draft folder lacks (empty when it is complete)."""
+    from utils.draft.checkpoint import LOCAL_TO_TARGET
+    from utils.runtime.draft import DRAFT_MODEL, MARKOV_HEAD_MODEL
+
+    expected = [DRAFT_MODEL, MARKOV_HEAD_MODEL, "config.json", LOCAL_TO_TARGET]
+    expected += [name.replace(".xml", ".bin") for name in expected if name.endswith(".xml")]
+    return [name for name in expected if not (Path(folder) / name).is_file()]

@@ -13,47 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
+from utils.acceptance import confidence_auc, scored_positions
 from utils.pages import SAMPLE_PROMPTS
-from utils.verification import StepRecord
 
 __all__ = ["AcceptanceReport", "confidence_auc", "scored_positions", "measure_acceptance"]
-
-
-def confidence_auc(scores: Sequence[float], accepted: Sequence[bool]) -> float:
-    """Area under the ROC curve: the probability that an accepted position scores above a rejected one.
-
-    Ties count one half (the Mann-Whitney statistic). NaN when either class is empty.
-    """
-    scores, accepted = np.asarray(scores, dtype=np.float64), np.asarray(accepted, dtype=bool)
-    if scores.shape != accepted.shape:
-        raise ValueError(f"{scores.shape[0]} scores but {accepted.shape[0]} labels")
-    positives, negatives = scores[accepted], scores[~accepted]
-    if not len(positives) or not len(negatives):
-        return float("nan")
-    order = np.sort(negatives)
-    below = np.searchsorted(order, positives, side="left")
-    ties = np.searchsorted(order, positives, side="right") - below
-    return float((below + 0.5 * ties).sum() / (len(positives) * len(negatives)))
-
-
-def scored_positions(steps: Sequence[StepRecord]) -> tuple[list[float], list[bool]]:
-    """(confidence, accepted) of each accepted draft position and of the first rejected one of every step.
-
-    A step emits `t_0 .. t_a`; draft i is accepted while it equals `t_i`. A step cut by EOS or the budget
-    before its first mismatch tells nothing about the rest of its drafts.
-    """
-    scores, labels = [], []
-    for step in steps:
-        if step.confidences is None:
-            continue
-        for drafted, emitted, confidence in zip(step.drafted, step.emitted, step.confidences):
-            scores.append(confidence)
-            labels.append(drafted == emitted)
-            if drafted != emitted:
-                break
-    return scores, labels
 
 
 @dataclass(frozen=True)
