@@ -1,0 +1,105 @@
+"""The benchmark's arithmetic on synthetic step records, and the schema of its results on the tiny pair."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from utils.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, scored_positions,
+                              tokens_per_step_histogram)
+from utils.bench import BenchConfig, main, markdown_report, run_benchmark, summarize
+from utils.verification import StepRecord
+
+PREFILL = StepRecord(drafted=(), emitted=(7,))
+STEPS = [  # four drafting steps of K=3: accepted 0, 3, 1, 2
+    PREFILL,
+    StepRecord(drafted=(1, 2, 3), emitted=(9,), confidences=(0.2, 0.1, 0.1)),
+    StepRecord(drafted=(1, 2, 3), emitted=(1, 2, 3, 4), confidences=(0.9, 0.8, 0.7)),
+    StepRecord(drafted=(5, 6, 7), emitted=(5, 8), confidences=(0.6, 0.3, 0.9)),
+    StepRecord(drafted=(5, 6, 7), emitted=(5, 6, 0), confidences=(0.7, 0.6, 0.4)),
+]
+
+
+def test_tokens_per_step_histogram_counts_drafting_steps():
+    assert tokens_per_step_histogram(STEPS) == [0, 1, 1, 1, 1]
+    assert tokens_per_step_histogram(STEPS, max_tokens=6) == [0, 1, 1, 1, 1, 0, 0]
+
+
+def test_conditional_acceptance_by_position():
+    rows = conditional_acceptance(STEPS)
+    assert [(r["reached"], r["accepted"]) for r in rows] == [(4, 3), (3, 2), (2, 1)]
+    assert [r["rate"] for r in rows] == [0.75, 2 / 3, 0.5]
+
+
+def test_scored_positions_stop_at_the_first_rejection():
+    scores, accepted = scored_positions(STEPS)
+    assert scores == [0.2, 0.9, 0.8, 0.7, 0.6, 0.3, 0.7, 0.6, 0.4]
+    assert accepted == [False, True, True, True, True, False, True, True, False]
+
+
+def test_confidence_auc_and_reliability():
+    assert confidence_auc([0.9, 0.8, 0.1], [True, True, False]) == 1.0
+    assert confidence_auc([0.5, 0.5], [True, False]) == 0.5
+    assert math.isnan(confidence_auc([0.5], [True]))
+    bins = reliability_bins([0.05, 0.15, 0.95, 0.99], [False, True, True, True], bins=10)
+    assert [b["count"] for b in bins] == [1, 1, 0, 0, 0, 0, 0, 0, 0, 2]
+    assert bins[9]["predicted"] == pytest.approx(0.97) and bins[9]["observed"] == 1.0
+    assert math.isnan(bins[4]["observed"])
+
+
+def test_summary_arithmetic():
+    runs = [{"steps": STEPS, "tokens": 11, "decode_seconds": 2.0, "stages": {"draft": 0.5, "other": 0.1}},
+            {"steps": [PREFILL, StepRecord(drafted=(3,), emitted=(3, 4))], "tokens": 3, "decode_seconds": 0.5,
+             "stages": {"draft": 0.25}}]
+    summary = summarize(runs)
+    assert summary["generated_tokens"] == 14
+    assert summary["decode_tokens_per_s"] == pytest.approx((10 + 2) / 2.5)
+    assert summary["mean_tokens_per_step"] == pytest.approx(14 / 7)
+    assert summary["time_breakdown_s"]["draft"] == pytest.approx(0.75)
+    assert summary["tokens_per_step_histogram"] == [0, 1, 2, 1, 1]
+
+
+def test_first_configuration_must_be_the_baseline(tiny_ir):
+    with pytest.raises(ValueError, match="must be target only"):
+        run_benchmark(tiny_ir[0], [BenchConfig(tiny_ir[1])], [])
+
+
+@pytest.fixture(scope="module")
+def results(tiny_ir):
+    from utils.pages import sample_pages
+
+    configs = [BenchConfig(None), BenchConfig(tiny_ir[1]), BenchConfig(tiny_ir[1], 0, 4)]
+    return run_benchmark(tiny_ir[0], configs, sample_pages()[:2], max_new_tokens=16, device="CPU", f32=True,
+                         progress=False)
+
+
+def test_results_schema_and_invariant(results):
+    json.dumps(results, allow_nan=False)  # valid JSON: no NaN
+    assert results["schema_version"] == 1 and results["output_mismatches"] == []
+    names = [config["name"] for config in results["configurations"]]
+    assert names == ["target only", "draft, Top-K scorer", "draft, dense walk, K=4"]
+    keys = {"decode_tokens_per_s", "speedup", "mean_tokens_per_step", "tokens_per_step_histogram",
+            "conditional_acceptance", "time_breakdown_s", "confidence", "generated_tokens", "pages"}
+    for config in results["configurations"]:
+        assert keys <= set(config)
+        assert config["pages"] == 2
+    baseline = results["configurations"][0]
+    assert baseline["speedup"] == 1.0 and baseline["mean_tokens_per_step"] == 1.0
+    assert results["configurations"][1]["generated_tokens"] == baseline["generated_tokens"]
+
+
+def test_markdown_report_has_the_seed_table_shape(results):
+    table = markdown_report(results).splitlines()
+    assert table[0] == "| Draft | Markov head | K | Decode tok/s | Speedup | Tokens per step |"
+    assert table[2].startswith("| (target alone) |") and "1.00x" in table[2]
+    assert "dense walk (top_k=0)" in table[4] and "| 4 |" in table[4]
+
+
+def test_command_line_writes_json(tiny_ir, tmp_path, capsys):
+    out = tmp_path / "results.json"
+    assert main(["--target", str(tiny_ir[0]), "--draft", str(tiny_ir[1]), "--pages", "1", "--max-new-tokens", "8",
+                 "--device", "CPU", "--f32", "--out", str(out)]) == 0
+    assert "| (target alone) |" in capsys.readouterr().out
+    assert len(json.loads(out.read_text())["configurations"]) == 2

@@ -1,0 +1,192 @@
+"""Acceptance and throughput study: target-only vs speculative decoding over the sample pages.
+
+    python -m utils.bench [--target DIR] [--draft DIR ...] [--pages N] [--num-assistant-tokens K ...]
+                          [--dense] [--max-new-tokens N] [--device D] [--out results.json]
+
+Every configuration (target only; each draft x Markov computation x num_assistant_tokens) reads every page.
+The configurations take turns page by page, so the machine's drift hits all of them alike, and speedups are
+ratios measured in the same run. The printed table has the shape of the seed PR's validation table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from utils.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, scored_positions,
+                              tokens_per_step_histogram)
+from utils.runtime.metrics import STAGES
+from utils.verification import mean_tokens_per_step
+
+__all__ = ["BenchConfig", "summarize", "run_benchmark", "markdown_report", "main"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One configuration: a draft folder (None = target only), the Markov computation and the block length."""
+
+    draft: Path | None
+    markov_head_top_k: int | None = None  # None: the draft's Top-K scorer; 0: dense walk
+    num_assistant_tokens: int | None = None  # None: the draft's block size
+
+    @property
+    def name(self) -> str:
+        if self.draft is None:
+            return "target only"
+        walk = "dense walk" if self.markov_head_top_k == 0 else "Top-K scorer"
+        tokens = "" if self.num_assistant_tokens is None else f", K={self.num_assistant_tokens}"
+        return f"{self.draft.name}, {walk}{tokens}"
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Pools the runs of one configuration: each run is {"steps": [StepRecord], "decode_seconds", "stages"...}.
+
+    Returns the JSON-ready summary (without the speedup, which needs the baseline).
+    """
+    steps = [step for run in runs for step in run["steps"]]
+    decode_tokens = sum(run["tokens"] - 1 for run in runs)
+    decode_seconds = sum(run["decode_seconds"] for run in runs)
+    scores, accepted = scored_positions(steps)
+    stages = {stage: sum(run["stages"].get(stage, 0.0) for run in runs) for stage in (*STAGES, "other")}
+    return {
+        "pages": len(runs),
+        "generated_tokens": sum(run["tokens"] for run in runs),
+        "decode_tokens_per_s": decode_tokens / decode_seconds if decode_seconds else 0.0,
+        "mean_tokens_per_step": mean_tokens_per_step(steps),
+        "tokens_per_step_histogram": tokens_per_step_histogram(steps),
+        "conditional_acceptance": conditional_acceptance(steps),
+        "time_breakdown_s": stages,
+        "confidence": {"auc": confidence_auc(scores, accepted), "reliability": reliability_bins(scores, accepted),
+                       "scores": scores, "accepted": accepted},
+    }
+
+
+def _run_record(result) -> dict:
+    metrics = result.metrics
+    return {"steps": metrics.steps, "tokens": metrics.num_generated_tokens, "decode_seconds": metrics.decode_seconds,
+            "stages": metrics.time_breakdown, "text": result.texts[0]}
+
+
+def run_benchmark(target: Path, configs: list[BenchConfig], pages, *, prompt: str = "Text Recognition:",
+                  max_new_tokens: int = 128, device: str | None = None, f32: bool = False, progress: bool = True
+                  ) -> dict:
+    """Runs every configuration on every page, interleaved, and returns the results document.
+
+    The first configuration must be target only: it is the baseline of every speedup, and the invariant
+    (speculative output = target-only output) is checked on every page.
+    """
+    from tqdm.auto import tqdm
+
+    from utils.runtime.pipeline import SpeculativeOcrPipeline
+
+    if not configs or configs[0].draft is not None:
+        raise ValueError("the first configuration must be target only (draft=None): it is the baseline")
+    pipelines = {config.draft: None for config in configs}
+    for draft in pipelines:
+        pipelines[draft] = SpeculativeOcrPipeline(target, draft, device=device, f32=f32)
+    runs = {config.name: [] for config in configs}
+    mismatches = []
+    for page in tqdm(pages, desc="pages", disable=not progress):
+        baseline_tokens = None
+        for config in configs:
+            options = {} if config.draft is None else {"num_assistant_tokens": config.num_assistant_tokens,
+                                                        "markov_head_top_k": config.markov_head_top_k}
+            result = pipelines[config.draft].generate(page.image, prompt, max_new_tokens=max_new_tokens, **options)
+            runs[config.name].append(_run_record(result))
+            baseline_tokens = baseline_tokens or result.tokens
+            if result.tokens != baseline_tokens:
+                mismatches.append({"page": page.name, "config": config.name})
+    summaries = {name: summarize(records) for name, records in runs.items()}
+    baseline = summaries[configs[0].name]["decode_tokens_per_s"]
+    for summary in summaries.values():
+        summary["speedup"] = summary["decode_tokens_per_s"] / baseline if baseline else float("nan")
+    return _without_nan({"schema_version": SCHEMA_VERSION, "target": str(target), "device": device, "f32": f32,
+            "max_new_tokens": max_new_tokens, "pages": [page.name for page in pages], "output_mismatches": mismatches,
+            "configurations": [{"name": config.name, "draft": None if config.draft is None else str(config.draft),
+                                "markov_head_top_k": config.markov_head_top_k,
+                                "num_assistant_tokens": config.num_assistant_tokens, **summaries[config.name]}
+                               for config in configs]})
+
+
+def markdown_report(results: dict) -> str:
+    """The seed PR's table: draft weights, Markov head, decode tok/s, speedup, tokens per step."""
+    lines = ["| Draft | Markov head | K | Decode tok/s | Speedup | Tokens per step |", "|---|---|---|---|---|---|"]
+    for config in results["configurations"]:
+        if config["draft"] is None:
+            lines.append(f"| (target alone) | | | {config['decode_tokens_per_s']:.1f} | 1.00x | |")
+            continue
+        walk = "dense walk (top_k=0)" if config["markov_head_top_k"] == 0 else "Top-K scorer"
+        k = config["num_assistant_tokens"] or "block"
+        lines.append(f"| {Path(config['draft']).name} | {walk} | {k} | {config['decode_tokens_per_s']:.1f} | "
+                     f"{config['speedup']:.2f}x | {config['mean_tokens_per_step']:.2f} |")
+    return "\n".join(lines)
+
+
+def _configs(drafts: list[Path], *, num_assistant_tokens: list[int | None], dense: bool) -> list[BenchConfig]:
+    configs = [BenchConfig(None)]
+    for draft in drafts:
+        for tokens in num_assistant_tokens:
+            configs.append(BenchConfig(draft, None, tokens))
+        if dense:
+            configs.append(BenchConfig(draft, 0, num_assistant_tokens[0]))
+    return configs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m utils.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--target", help="target IR folder (default: the tiny pair, exported on first use)")
+    parser.add_argument("--draft", nargs="+", help="draft IR folders to compare (default: the tiny draft)")
+    parser.add_argument("--pages", type=int, default=10, help="how many sample pages")
+    parser.add_argument("--num-assistant-tokens", type=int, nargs="+", default=[None],
+                        help="values to sweep (default: the draft's block size)")
+    parser.add_argument("--dense", action="store_true", help="also run the dense Markov walk")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--f32", action="store_true", help="f32 inference precision (exact parity)")
+    parser.add_argument("--out", help="write the results JSON here")
+    args = parser.parse_args(argv)
+
+    from utils.pages import sample_pages
+
+    target, drafts = args.target, args.draft
+    if target is None:
+        from utils.models import default_ir_pair
+
+        target, default_draft = default_ir_pair()
+        drafts = drafts or [default_draft]
+    try:
+        configs = _configs([Path(d) for d in drafts or []], num_assistant_tokens=args.num_assistant_tokens,
+                           dense=args.dense)
+        results = run_benchmark(Path(target), configs, sample_pages()[:args.pages], max_new_tokens=args.max_new_tokens,
+                                device=args.device, f32=args.f32)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+    print(markdown_report(results))
+    if results["output_mismatches"]:
+        print(f"warning: outputs differ from target-only on {results['output_mismatches']} (precision: use --f32)",
+              file=sys.stderr)
+    return 0
+
+
+def _without_nan(value):
+    """JSON has no NaN: undefined rates (nothing reached, empty bins) become null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _without_nan(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_nan(item) for item in value]
+    return value
+
+
+if __name__ == "__main__":
+    sys.exit(main())
