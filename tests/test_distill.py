@@ -14,7 +14,7 @@ from utils.draft.checkpoint import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET,
 from utils.draft.modeling import DraftContextCache, load_reference_draft
 from utils.files import sha256_file
 from utils.pages import sample_pages
-from utils.tiny import BUILD_STAMP, DistillConfig, TinyPairConfig, build_tiny_pair, default_pair
+from utils.tiny import BUILD_STAMP, DistillConfig, PretrainConfig, TinyPairConfig, build_tiny_pair, default_pair
 from utils.tiny.__main__ import main as tiny_cli
 from utils.tiny.acceptance import confidence_auc, measure_acceptance, scored_positions
 from utils.tiny.anchor_forward import forward_anchor_blocks
@@ -23,14 +23,16 @@ from utils.tiny.distill_data import training_pages
 from utils.verification import StepRecord
 
 ATOL = 1e-5  # float32: the same function, computed in another order
-SMALL = DistillConfig(pages=24, steps=80)  # the test's budget; the default trains on 4x the pages, 4x longer
+QUICK_PRETRAIN = PretrainConfig(steps=60)  # the test's budget for the target; the default trains longer
+SMALL = DistillConfig(pages=16, steps=60)  # the test's budget for the draft; the default trains on more, longer
 TINY = DistillConfig(pages=2, steps=3)  # enough to exercise every file the distillation writes
 HELD_OUT_PAGES = sample_pages()[:4]  # 4 of the 10 held-out pages, both prompts: 8 answers
 
 
 @pytest.fixture(scope="module")
 def distilled(tmp_path_factory):
-    return build_tiny_pair(tmp_path_factory.mktemp("distilled") / "pair", TinyPairConfig(), distill=SMALL)
+    return build_tiny_pair(tmp_path_factory.mktemp("distilled") / "pair", TinyPairConfig(), pretrain=QUICK_PRETRAIN,
+                           distill=SMALL)
 
 
 def test_batched_anchor_forward_equals_the_reference_forward_block(tiny_pair):
@@ -99,15 +101,15 @@ def test_distilled_draft_keeps_the_published_layout(distilled, tiny_pair):
     assert kept.any() and (checkpoint.target_ids[kept] == built_ids[kept]).all()
     assert not np.array_equal(tensors["lm_head.weight"], random_tensors["lm_head.weight"])
     stamp = json.loads((distilled.root / BUILD_STAMP).read_text())
-    assert stamp["distill"] == SMALL.options()
+    assert stamp["distill"] == SMALL.options() and stamp["pretrain"] == QUICK_PRETRAIN.options()
 
 
 def test_distilled_draft_accepts_tokens_on_held_out_pages(distilled):
-    """The random draft accepts nothing on held-out pages (1.000 token per step); this small distillation
-    reaches 1.099 tokens per step and AUC 0.94 here (measured); the bounds keep a margin."""
+    """The random draft accepts nothing on held-out pages (1.000 token per step); this small pretraining and
+    distillation (53 s) reaches 3.13 tokens per step and AUC 0.81 here (measured); the bounds keep a margin."""
     report = measure_acceptance(distilled.target, distilled.draft, pages=HELD_OUT_PAGES, max_new_tokens=32)
-    assert report.tokens_per_step >= 1.06
-    assert report.confidence_auc > 0.8
+    assert report.tokens_per_step >= 2.5
+    assert report.confidence_auc > 0.7
 
 
 def test_distillation_is_deterministic_from_the_command_line_and_python(tmp_path, capsys):
@@ -126,9 +128,12 @@ def test_default_pair_replaces_another_pair_in_its_cache_then_reuses_it(tmp_path
     import utils.tiny.pair
 
     build_tiny_pair(tmp_path / "tiny", TinyPairConfig())  # an undistilled pair from an earlier run
+    tiny_pretrain = PretrainConfig(steps=2, examples_per_step=1)
+    monkeypatch.setattr(utils.tiny.pair, "PretrainConfig", lambda: tiny_pretrain)
     monkeypatch.setattr(utils.tiny.pair, "DistillConfig", lambda: TINY)
     pair = default_pair(tmp_path)
-    assert pair.seconds > 0 and pair.distill == TINY and pair.root == tmp_path / "tiny"
+    assert pair.seconds > 0 and pair.root == tmp_path / "tiny"
+    assert pair.pretrain == tiny_pretrain and pair.distill == TINY
     assert default_pair(tmp_path).seconds == 0.0
 
 

@@ -1,4 +1,4 @@
-"""Command line: `python -m utils.tiny --out DIR [--seed N] [--draft-vocab-size N] ... [--distill]`."""
+"""Command line: `python -m utils.tiny --out DIR [--seed N] [--draft-vocab-size N] ... [--pretrain] [--distill]`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from utils.files import folder_size
-from utils.tiny.pair import DistillConfig, TinyPairConfig, build_tiny_pair
+from utils.tiny.pair import DistillConfig, PretrainConfig, TinyPairConfig, build_tiny_pair
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,8 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-size", type=int, default=defaults.block_size)
     parser.add_argument("--target-layer-ids", type=int, nargs="+", default=list(defaults.target_layer_ids))
     parser.add_argument("--markov-rank", type=int, default=defaults.markov_rank)
+    parser.add_argument("--pretrain", action="store_true",
+                        help="train the target to write corpus text first (learnable answers, about a minute on CPU)")
+    parser.add_argument("--pretrain-steps", type=int, default=PretrainConfig().steps, help="training steps")
     parser.add_argument("--distill", action="store_true",
-                        help="train the draft on the target's greedy answers (about two minutes on CPU)")
+                        help="train the draft on the target's greedy answers (about a minute on CPU)")
     parser.add_argument("--distill-steps", type=int, default=DistillConfig().steps, help="training steps")
     parser.add_argument("--distill-pages", type=int, default=DistillConfig().pages, help="generated training pages")
     parser.add_argument("--overwrite", action="store_true", help="rebuild even if DIR holds a pair")
@@ -32,13 +35,16 @@ def main(argv: list[str] | None = None) -> int:
             draft_vocab_size=args.draft_vocab_size, block_size=args.block_size,
             target_layer_ids=tuple(args.target_layer_ids), markov_rank=args.markov_rank,
         )
+        pretrain = PretrainConfig(steps=args.pretrain_steps) if args.pretrain else None
         distill = DistillConfig(steps=args.distill_steps, pages=args.distill_pages) if args.distill else None
-        pair = build_tiny_pair(args.out, config, distill=distill, overwrite=args.overwrite)
+        pair = build_tiny_pair(args.out, config, pretrain=pretrain, distill=distill, overwrite=args.overwrite)
     except (ValueError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     verb = f"built in {pair.seconds:.1f} s" if pair.seconds else "already built"
-    print(f"tiny pair {verb}: {pair.root}{' (distilled draft)' if pair.distill else ''}")
+    trained = ", ".join(part for part, how in (("pretrained target", pair.pretrain), ("distilled draft", pair.distill))
+                        if how)
+    print(f"tiny pair {verb}: {pair.root}" + (f" ({trained})" if trained else ""))
     for part in (pair.target, pair.draft):
         print(f"  {part.name:<7} {folder_size(part) / 1e6:6.2f} MB  {part}")
     return 0

@@ -25,17 +25,15 @@ Shape symbols: N sequences, A anchors per sequence, B block size, Vd draft vocab
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from utils.draft.checkpoint import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, TargetSpec
 from utils.draft.modeling import DSparkDraftModel, load_reference_draft
@@ -43,7 +41,7 @@ from utils.files import sha256_file
 from utils.tiny.anchor_forward import forward_anchor_blocks
 from utils.tiny.distill_data import DistillSequence, collect_sequences, training_pages
 from utils.tiny.pair import DistillConfig
-from utils.tiny.target import quiet_progress_bars
+from utils.tiny.training import quiet_single_thread, train_steps
 
 __all__ = ["DistillReport", "frequent_vocabulary", "distill_draft", "dspark_loss"]
 
@@ -162,22 +160,26 @@ def _draft_index(model: DSparkDraftModel) -> torch.Tensor:
     return index
 
 
+def _shuffled_batches(count: int, *, size: int, seed: int) -> Iterator[list[int]]:
+    """Endless batches of `size` indices below `count`, in seeded random epochs (a batch may span two)."""
+    generator = torch.Generator().manual_seed(seed)
+    order = []
+    while True:
+        if len(order) < size:
+            order += torch.randperm(count, generator=generator).tolist()
+        yield order[:size]
+        order = order[size:]
+
+
 def _train(model: DSparkDraftModel, embed_tokens: torch.nn.Module, sequences: list[DistillSequence],
            config: DistillConfig) -> tuple[float, float]:
-    """AdamW with a cosine schedule over `config.steps` steps of `sequences_per_step` sequences each."""
+    """`config.steps` steps of `sequences_per_step` sequences each, drawn in a seeded random order (epochs)."""
     draft_config = model.config
     draft_index = _draft_index(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * step / config.steps)))
-    generator = torch.Generator().manual_seed(config.seed)
-    order, losses = [], []
-    model.train()
-    for _ in (progress := tqdm(range(config.steps), desc="distilling the tiny draft", leave=False)):
-        if len(order) < config.sequences_per_step:
-            order += torch.randperm(len(sequences), generator=generator).tolist()
-        chosen, order = order[:config.sequences_per_step], order[config.sequences_per_step:]
-        batch = _batch([sequences[i] for i in chosen], block_size=draft_config.block_size,
+    chosen_batches = _shuffled_batches(len(sequences), size=config.sequences_per_step, seed=config.seed)
+
+    def step_loss(step: int) -> tuple[torch.Tensor, dict]:
+        batch = _batch([sequences[i] for i in next(chosen_batches)], block_size=draft_config.block_size,
                        mask_token_id=draft_config.mask_token_id)
         with torch.no_grad():
             block_embeds = embed_tokens(batch.block_ids)
@@ -185,13 +187,11 @@ def _train(model: DSparkDraftModel, embed_tokens: torch.nn.Module, sequences: li
         loss, stats = dspark_loss(model, hidden, anchor_ids=batch.block_ids[..., 0], labels=batch.labels,
                                   present=batch.present, draft_index=draft_index,
                                   loss_decay_gamma=config.loss_decay_gamma, confidence_alpha=config.confidence_alpha)
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-        progress.set_postfix(loss=f"{losses[-1]:.3f}", accuracy=f"{stats['accuracy']:.2f}")
+        return loss, {"accuracy": stats["accuracy"]}
+
+    model.train()
+    losses = train_steps(model.parameters(), step_loss, steps=config.steps, learning_rate=config.learning_rate,
+                         desc="distilling the tiny draft")
     model.eval()
     return losses[0], losses[-1]
 
@@ -236,7 +236,7 @@ def distill_draft(target_dir: Path | str, draft_dir: Path | str, config: Distill
 
     config = config or DistillConfig()
     target_dir, draft_dir = Path(target_dir), Path(draft_dir)
-    with _single_thread(), _quiet_transformers():
+    with quiet_single_thread():
         torch.manual_seed(config.seed)
         target = AutoModelForImageTextToText.from_pretrained(target_dir).eval()
         processor = AutoProcessor.from_pretrained(target_dir)
@@ -255,31 +255,6 @@ def distill_draft(target_dir: Path | str, draft_dir: Path | str, config: Distill
         _write_draft(model, draft_dir)
     return DistillReport(len(sequences), len(answers), built_coverage, _coverage(model, answers), first_loss,
                          last_loss)
-
-
-@contextlib.contextmanager
-def _single_thread():
-    """One torch thread: the same seed then gives the same weights on any machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-@contextlib.contextmanager
-def _quiet_transformers():
-    """Hides transformers' loading bars and slow-kernel notes: the distillation shows its own progress."""
-    from transformers.utils import logging
-
-    verbosity = logging.get_verbosity()
-    logging.set_verbosity_error()
-    try:
-        with quiet_progress_bars():
-            yield
-    finally:
-        logging.set_verbosity(verbosity)
 
 
 def _coverage(model: DSparkDraftModel, tokens: torch.Tensor) -> float:

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from PIL import Image
 from tqdm.auto import tqdm
 
 from utils.draft.speculative import TargetRunner
 from utils.pages import render_page, sample_pages
 from utils.tiny.tokenizer import CORPUS_PATH
 
-__all__ = ["DistillSequence", "prompt_inputs", "training_pages", "collect_sequences"]
+__all__ = ["DistillSequence", "prompt_inputs", "training_passages", "training_pages", "collect_sequences"]
 
 
 @dataclass(frozen=True)
@@ -45,25 +46,32 @@ def _training_lines() -> list[str]:
     return [line for line in corpus if line.strip() and line not in held_out]
 
 
-def training_pages(count: int, *, seed: int) -> list:
-    """`count` random pages from corpus lines that no held-out sample page shows.
+def training_passages(count: int, *, seed: int, max_lines: int = 12) -> list[tuple[str, Image.Image]]:
+    """`count` random passages of corpus lines that no held-out sample page shows, each rendered as a page.
 
     Args:
-        count: number of pages.
-        seed: the pages are a function of the seed.
+        count: number of passages.
+        max_lines: a passage holds 1 to `max_lines` corpus lines.
+        seed: the passages and their layouts (1-2 columns, 32-80 characters per line) are a function of the seed.
 
     Returns:
-        PIL images.
+        (passage text, PIL page image) pairs.
     """
     lines = _training_lines()
     rng = np.random.default_rng(seed)
-    pages = []
+    passages = []
     for _ in range(count):
-        length = int(rng.integers(1, 13))
+        length = int(rng.integers(1, max_lines + 1))
         start = int(rng.integers(0, len(lines) - length + 1))
-        pages.append(render_page("\n".join(lines[start:start + length]), columns=int(rng.integers(1, 3)),
-                                 chars_per_line=int(rng.integers(32, 81))))
-    return pages
+        text = "\n".join(lines[start:start + length])
+        passages.append((text, render_page(text, columns=int(rng.integers(1, 3)),
+                                           chars_per_line=int(rng.integers(32, 81)))))
+    return passages
+
+
+def training_pages(count: int, *, seed: int) -> list[Image.Image]:
+    """The page images of `training_passages(count, seed=seed)`."""
+    return [image for _, image in training_passages(count, seed=seed)]
 
 
 @torch.no_grad()

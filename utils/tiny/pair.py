@@ -10,12 +10,17 @@ from pathlib import Path
 
 from utils.files import atomic_directory
 
-__all__ = ["TinyPairConfig", "DistillConfig", "TinyPair", "build_tiny_pair", "build_stamp", "default_pair",
+__all__ = ["TinyPairConfig", "PretrainConfig", "DistillConfig", "TinyPair", "build_tiny_pair", "build_stamp", "default_pair",
            "BUILD_STAMP", "DEFAULT_PAIR_FOLDER"]
 
 BUILD_STAMP = "tiny-pair.json"
 BUILDER_VERSION = 2  # bump when the builder's output changes, so pairs built by older code are rebuilt
 DEFAULT_PAIR_FOLDER = "tiny"  # below the models folder of the notebooks and `python -m utils.ocr`
+
+
+def _json_ready(options) -> dict:
+    return {key: (list(value) if isinstance(value, tuple) else value)
+            for key, value in dataclasses.asdict(options).items()}
 
 
 @dataclass(frozen=True)
@@ -83,12 +88,41 @@ class TinyPairConfig:
 
     def options(self) -> dict:
         """Every option, JSON-ready."""
-        return {key: (list(value) if isinstance(value, tuple) else value)
-                for key, value in dataclasses.asdict(self).items()}
+        return _json_ready(self)
 
     def to_json(self) -> dict:
         """The build stamp: the options and the builder version."""
         return self.options() | {"builder_version": BUILDER_VERSION}
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """How `utils.tiny.pretrain` trains the tiny target to write corpus text: answers that a draft can learn.
+
+    Each step trains on `examples_per_step` generated pages (corpus passages no held-out sample page shows),
+    each asked with one of `prompts`, the passage and EOS as the answer.
+    """
+
+    steps: int = 60  # more memorises the few training lines: one answer for every page, nothing rejected
+    examples_per_step: int = 4
+    prompts: tuple[str, ...] = ("Text Recognition:", "Read all the text in the image.")
+    max_lines: int = 4  # passage length in corpus lines, drawn in [1, max_lines]
+    learning_rate: float = 3e-3
+    seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "prompts", tuple(self.prompts))
+        for name in ("steps", "examples_per_step", "max_lines"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PretrainConfig: {name}={getattr(self, name)} must be >= 1")
+        if not self.prompts:
+            raise ValueError("PretrainConfig: prompts must not be empty")
+        if self.learning_rate <= 0:
+            raise ValueError(f"PretrainConfig: learning_rate={self.learning_rate} must be > 0")
+
+    def options(self) -> dict:
+        """Every option, JSON-ready (recorded in the pair's build stamp)."""
+        return _json_ready(self)
 
 
 @dataclass(frozen=True)
@@ -98,10 +132,10 @@ class DistillConfig:
     The defaults take about two minutes on two CPU cores.
     """
 
-    pages: int = 96  # generated training pages; each is answered for every prompt
+    pages: int = 32  # generated training pages; each is answered for every prompt
     prompts: tuple[str, ...] = ("Text Recognition:", "Read all the text in the image.")
     max_new_tokens: int = 64  # answer budget per (page, prompt)
-    steps: int = 300
+    steps: int = 100
     sequences_per_step: int = 8
     learning_rate: float = 3e-3
     loss_decay_gamma: float = 4.0
@@ -126,14 +160,18 @@ class DistillConfig:
 
     def options(self) -> dict:
         """Every option, JSON-ready (recorded in the pair's build stamp)."""
-        return {key: (list(value) if isinstance(value, tuple) else value)
-                for key, value in dataclasses.asdict(self).items()}
+        return _json_ready(self)
 
 
-def build_stamp(config: TinyPairConfig, distill: DistillConfig | None = None) -> dict:
-    """What `BUILD_STAMP` holds for a pair: the options, the builder version and, if distilled, how."""
+def build_stamp(config: TinyPairConfig, *, pretrain: PretrainConfig | None = None,
+                distill: DistillConfig | None = None) -> dict:
+    """What `BUILD_STAMP` holds for a pair: the options, the builder version and how the pair was trained, if it was."""
     stamp = config.to_json()
-    return stamp if distill is None else stamp | {"distill": distill.options()}
+    if pretrain is not None:
+        stamp |= {"pretrain": pretrain.options()}
+    if distill is not None:
+        stamp |= {"distill": distill.options()}
+    return stamp
 
 
 def _options(stamp: dict) -> dict:
@@ -147,6 +185,7 @@ class TinyPair:
     root: Path
     config: TinyPairConfig
     seconds: float = 0.0
+    pretrain: PretrainConfig | None = None  # how the target was trained; None: the random target
     distill: DistillConfig | None = None  # how the draft was distilled; None: the random draft
 
     @property
@@ -158,18 +197,20 @@ class TinyPair:
         return self.root / "draft"
 
 
-def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, distill: DistillConfig | None = None,
-                    overwrite: bool = False) -> TinyPair:
+def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pretrain: PretrainConfig | None = None,
+                    distill: DistillConfig | None = None, overwrite: bool = False) -> TinyPair:
     """Builds the tiny MiniCPM-OCR target and its tiny DSpark draft into `out/target` and `out/draft`, offline.
 
     Deterministic for a config (same seed, same files, same hashes). An existing pair built with the same
-    config and distillation is reused; one built with other options is an error unless `overwrite`. The
+    config and training is reused; one built with other options is an error unless `overwrite`. The
     whole pair is written atomically, so an interrupted build leaves no folder that looks valid.
 
     Args:
         out: folder that receives `target/`, `draft/` and the build stamp.
         config: sizes and seed; defaults to `TinyPairConfig()`.
-        distill: train the draft on the target's greedy answers (`utils.tiny.distill`); None keeps it random.
+        pretrain: train the target to write corpus text (`utils.tiny.pretrain`); None keeps it random.
+        distill: train the draft on the target's greedy answers (`utils.tiny.distill`), after the target's
+            pretraining; None keeps it random.
         overwrite: rebuild even if `out` holds a pair.
     """
     from utils.tiny.draft import build_tiny_draft
@@ -178,11 +219,11 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, di
 
     config = config or TinyPairConfig()
     out = Path(out)
-    stamp, expected = out / BUILD_STAMP, build_stamp(config, distill)
+    stamp, expected = out / BUILD_STAMP, build_stamp(config, pretrain=pretrain, distill=distill)
     if stamp.exists() and not overwrite:
         built = json.loads(stamp.read_text())
         if built == expected:
-            return TinyPair(out, config, distill=distill)
+            return TinyPair(out, config, pretrain=pretrain, distill=distill)
         if _options(built) != _options(expected):
             raise FileExistsError(f"{out} holds a tiny pair built with other options ({stamp}); "
                                   f"pass overwrite=True or choose another folder")
@@ -196,19 +237,24 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, di
         (staging / "target").mkdir()
         (staging / "draft").mkdir()
         build_tiny_target(config, tokenizer, staging / "target")
+        if pretrain is not None:
+            from utils.tiny.pretrain import pretrain_target
+
+            pretrain_target(staging / "target", pretrain)
         build_tiny_draft(config, tokenizer, staging / "draft")
         if distill is not None:
             from utils.tiny.distill import distill_draft
 
             distill_draft(staging / "target", staging / "draft", distill)
         (staging / BUILD_STAMP).write_text(json.dumps(expected, indent=2) + "\n")
-    return TinyPair(out, config, seconds=time.perf_counter() - start, distill=distill)
+    return TinyPair(out, config, seconds=time.perf_counter() - start, pretrain=pretrain, distill=distill)
 
 
 def default_pair(models_dir: Path | str) -> TinyPair:
-    """The embedded default of the notebooks and `python -m utils.ocr`: the distilled tiny pair, built once.
+    """The embedded default of the notebooks and `python -m utils.ocr`: the pretrained target and its distilled
+    draft, built once.
 
-    Lives in `models_dir/tiny`; a pair found there with other options (an older or undistilled build) is
+    Lives in `models_dir/tiny`; a pair found there with other options (an older or untrained build) is
     replaced, since that folder is the suite's cache.
 
     Args:
@@ -218,7 +264,7 @@ def default_pair(models_dir: Path | str) -> TinyPair:
         The `TinyPair` (with `seconds == 0` when it was already built).
     """
     root = Path(models_dir) / DEFAULT_PAIR_FOLDER
-    config, distill = TinyPairConfig(), DistillConfig()
+    config, pretrain, distill = TinyPairConfig(), PretrainConfig(), DistillConfig()
     stamp = root / BUILD_STAMP
-    stale = stamp.is_file() and json.loads(stamp.read_text()) != build_stamp(config, distill)
-    return build_tiny_pair(root, config, distill=distill, overwrite=stale)
+    stale = stamp.is_file() and json.loads(stamp.read_text()) != build_stamp(config, pretrain=pretrain, distill=distill)
+    return build_tiny_pair(root, config, pretrain=pretrain, distill=distill, overwrite=stale)
