@@ -325,7 +325,7 @@ def test_cli_exports_and_rejects_with_exit_code_2(tiny_pair, fp16_export, tmp_pa
     assert "is not a DSpark draft" in capsys.readouterr().err
     assert _folders(tmp_path) == []
     with pytest.raises(SystemExit):
-        export_cli(["draft", "--model", str(tiny_pair.draft), "--out", str(tmp_path / "x"), "--weight-format", "int4"])
+        export_cli(["draft", "--model", str(tiny_pair.draft), "--out", str(tmp_path / "x"), "--weight-format", "int3"])
 
 
 def test_fp16_export_is_smaller_and_close_to_the_reference(fp16_export, exported, reference):

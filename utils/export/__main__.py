@@ -1,7 +1,9 @@
 """Command line: export the target or the draft to OpenVINO IR.
 
-    python -m utils.export target --model SRC --out DIR [--draft DRAFT] [--weight-format fp32|fp16|int8] ...
-    python -m utils.export draft --model SRC --out DIR [--weight-format fp32|fp16] [--overwrite]
+    python -m utils.export target --model SRC --out DIR [--draft DRAFT] [--weight-format fp32|fp16|int8|int4] ...
+    python -m utils.export draft --model SRC --out DIR [--weight-format fp32|fp16|int8|int4] [--overwrite]
+
+int8/int4 are NNCF weight compression (`utils.export.compression`): INT4 keeps the lm_head INT8.
 
 `--backend optimum` runs `optimum-cli export openvino` instead, when the installed optimum-intel can export
 the model (a capability probe decides; otherwise the command says why and exits 2).

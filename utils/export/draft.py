@@ -41,6 +41,9 @@ rt_info of both IRs, strings under `dspark/`:
 
 Beside them: `config.json` and `local-to-target.json` of the source (absolute target ids: ground truth for d2t).
 
+Weights: fp32 (the reference), fp16, or NNCF INT8/INT4 (`utils.export.compression`; under INT4 the `lm_head`
+and the Markov tables stay INT8), recorded as rt_info `dspark/weight_format` when compressed.
+
 Shape symbols:
     N: new context positions, C: cached context positions, B: block size, H: hidden size,
     L: target layers read, Vd: draft vocabulary, V: input vocabulary, Hkv/D: KV heads/head dim.
@@ -60,6 +63,7 @@ from torch import nn
 from utils.draft.checkpoint import LOCAL_TO_TARGET, DraftCheckpoint, load_draft_checkpoint
 from utils.draft.config import DRAFT_CONFIG, DraftValidationError
 from utils.draft.modeling import DSparkDraftModel, rope_cos_sin
+from utils.export.compression import COMPRESSED_FORMATS, compress_model, ir_weight_format
 from utils.export.markov_head import MarkovHeadWeights, build_markov_head
 from utils.files import atomic_directory
 from utils.runtime.draft import DRAFT_MODEL, MARKOV_HEAD_MODEL, RT_INFO_NAMESPACE, DraftInfo
@@ -67,7 +71,7 @@ from utils.runtime.draft import DRAFT_MODEL, MARKOV_HEAD_MODEL, RT_INFO_NAMESPAC
 __all__ = ["DRAFT_MODEL", "MARKOV_HEAD_MODEL", "WEIGHT_FORMATS", "DraftBackboneWithCache", "draft_info",
            "convert_backbone", "convert_markov_head", "export_draft"]
 
-WEIGHT_FORMATS = ("fp32", "fp16")
+WEIGHT_FORMATS = ("fp32", "fp16", *COMPRESSED_FORMATS)
 
 
 class DraftBackboneWithCache(nn.Module):
@@ -192,7 +196,8 @@ def export_draft(source: Path | str, out: Path | str, *, weight_format: str = "f
     Args:
         source: a draft folder (tiny or `openbmb/MiniCPM-OCR-1.0-DSpark`), validated before anything is written.
         out: the folder to create; written atomically.
-        weight_format: "fp32" (the reference) or "fp16" (weights compressed to fp16; inputs/outputs stay f32).
+        weight_format: "fp32" (the reference), "fp16" (weights stored in fp16; inputs/outputs stay f32), "int8"
+            or "int4" (NNCF; under INT4 the lm_head and the Markov tables stay INT8: `utils.export.compression`).
         overwrite: replace an existing `out`.
 
     Returns:
@@ -213,6 +218,8 @@ def export_draft(source: Path | str, out: Path | str, *, weight_format: str = "f
     with atomic_directory(out, overwrite=overwrite) as staging:
         for name, ov_model in ((DRAFT_MODEL, convert_backbone(model, d2t)),
                                (MARKOV_HEAD_MODEL, convert_markov_head(checkpoint))):
+            if weight_format in COMPRESSED_FORMATS:
+                ov_model = compress_model(ov_model, weight_format=ir_weight_format(name, weight_format))
             _set_rt_info(ov_model, info)
             ov.save_model(ov_model, staging / name, compress_to_fp16=weight_format == "fp16")
         _copy_source_files(checkpoint, staging)

@@ -74,7 +74,7 @@ LANGUAGE_MODEL_FILES = {
     "verify": "openvino_language_model_verify.xml",
 }
 HIDDEN_STATES_RT_INFO_KEY = "hidden_states_decoder_layers"
-WEIGHT_FORMATS = ("fp32", "fp16", "int8")
+WEIGHT_FORMATS = ("fp32", "fp16", "int8", "int4")
 FORMAT_VERSION = 1
 
 
@@ -367,14 +367,17 @@ def _validate_layer_ids(hidden_layer_ids, num_layers: int) -> list[int]:
 
 
 def compress_weights(ov_model, weight_format: str):
-    """Applies NNCF INT8_ASYM weight compression for "int8"; other formats are returned unchanged (fp16 is a save option)."""
+    """NNCF weights for "int8" and "int4" (`utils.export.compression.compress_model`); fp32 and fp16 unchanged.
+
+    fp16 is a save option (`compress_to_fp16`); under INT4 the lm_head stays INT8.
+    """
+    from utils.export.compression import COMPRESSED_FORMATS, compress_model
+
     if weight_format not in WEIGHT_FORMATS:
         raise ValueError(f"weight_format={weight_format!r} must be one of {WEIGHT_FORMATS}")
-    if weight_format != "int8":
+    if weight_format not in COMPRESSED_FORMATS:
         return ov_model
-    import nncf
-
-    return nncf.compress_weights(ov_model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+    return compress_model(ov_model, weight_format=weight_format)
 
 
 def export_language_model(
@@ -398,7 +401,7 @@ def export_language_model(
         hidden_layer_ids: the draft's target layer ids (`DSparkConfig.from_folder(draft).target_layer_ids`).
         verify_length: tokens of the verification IR: anchor + draft tokens (a DSpark draft: block_size + 1).
         prefill_chunk: tokens per prefill call.
-        weight_format: "fp32", "fp16" (compress_to_fp16 on save) or "int8" (NNCF INT8_ASYM weights).
+        weight_format: "fp32", "fp16" (compress_to_fp16 on save), "int8" or "int4" (`compress_weights`).
         rollback_outputs: give the verify IR the rollback terms (without them only full acceptance works).
         chunk_size: tokens per chunk of the gated delta rule inside the graphs.
 

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
+from utils.export.compression import COMPRESSED_FORMATS, TARGET_MANIFEST, compress_folder
 from utils.files import atomic_directory
 
 __all__ = ["TARGET_MANIFEST", "TARGET_WEIGHT_FORMATS", "export_target"]
 
-TARGET_MANIFEST = "openvino_target_export.json"
-TARGET_WEIGHT_FORMATS = ("fp32", "fp16", "int8")
+TARGET_WEIGHT_FORMATS = ("fp32", "fp16", *COMPRESSED_FORMATS)
 _COPIED = ("config.json", "generation_config.json")
 
 
@@ -67,7 +68,9 @@ def export_target(source: Path | str, out: Path | str, *, draft: Path | str | No
         hidden_layer_ids: target layers whose outputs the language model returns (default: the draft's).
         verify_length: tokens per verification (default: the draft's block_size + 1, else 16).
         prefill_chunk: tokens per prefill call.
-        weight_format: `fp32`, `fp16` or `int8` (INT8 for the language model, fp16 for the embeddings).
+        weight_format: `fp32`, `fp16`, `int8` or `int4`: the compressed formats export fp32 into a temporary
+            folder beside `out`, then `utils.export.compression.compress_folder` compresses it (INT4 for the
+            language models with the lm_head in INT8; INT8 for everything else).
         overwrite: replace an existing `out`.
 
     Returns:
@@ -84,11 +87,18 @@ def export_target(source: Path | str, out: Path | str, *, draft: Path | str | No
     if weight_format not in TARGET_WEIGHT_FORMATS:
         raise ValueError(f"weight_format={weight_format!r} must be one of {TARGET_WEIGHT_FORMATS}")
     _check_source(source)
+    if weight_format in COMPRESSED_FORMATS:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{out.name}.fp32-", dir=out.parent) as scratch:
+            uncompressed = export_target(source, Path(scratch) / "fp32", draft=draft,
+                                         hidden_layer_ids=hidden_layer_ids, verify_length=verify_length,
+                                         prefill_chunk=prefill_chunk)
+            return compress_folder(uncompressed, out, weight_format=weight_format, overwrite=overwrite)
     layer_ids, verify_length = _layer_ids_and_verify_length(source, draft and Path(draft), hidden_layer_ids,
                                                            verify_length)
     start = time.perf_counter()
     model = AutoModelForImageTextToText.from_pretrained(source, dtype="float32").eval()
-    half_embeddings = weight_format != "fp32"
+    half_embeddings = weight_format == "fp16"
     steps = [
         ("language model", lambda folder: export_language_model(
             model, folder, hidden_layer_ids=layer_ids, verify_length=verify_length, prefill_chunk=prefill_chunk,
