@@ -33,6 +33,12 @@ def test_conditional_acceptance_by_position():
     assert [r["rate"] for r in rows] == [0.75, 2 / 3, 0.5]
 
 
+def test_positions_after_an_eos_cut_are_not_counted_as_rejected():
+    cut = StepRecord(drafted=(4, 2, 5), emitted=(4, 2))  # EOS = 2 ended the answer while the drafts matched
+    rows = conditional_acceptance([PREFILL, cut])
+    assert [(r["reached"], r["accepted"]) for r in rows] == [(1, 1), (1, 1)]  # position 3 was never checked
+
+
 def test_scored_positions_stop_at_the_first_rejection():
     scores, accepted = scored_positions(STEPS)
     assert scores == [0.2, 0.9, 0.8, 0.7, 0.6, 0.3, 0.7, 0.6, 0.4]

@@ -2,8 +2,8 @@
 
 Shared by the tiny draft's held-out check and the benchmark. Conventions:
 - a step emits `t_0 .. t_a`: `a` drafts were accepted (`StepRecord.accepted`), tokens per step is `a + 1`;
-- draft position k (1-based) is *reached* when the k-1 drafts before it were accepted; its conditional
-  acceptance is P(accepted | reached), as DeepSpec and the seed PR's acceptance plots count it;
+- draft position k (1-based) is *reached* when the k-1 drafts before it were accepted (and the step was not
+  cut by EOS or the budget before it); its conditional acceptance is P(accepted | reached);
 - the confidence head predicts that conditional acceptance, so only reached positions are scored.
 """
 
@@ -65,14 +65,27 @@ def tokens_per_step_histogram(steps: Sequence[StepRecord], *, max_tokens: int | 
     return np.bincount(np.asarray(emitted, dtype=np.int64), minlength=size).tolist()
 
 
+def _accepted_and_observed(step: StepRecord) -> tuple[int, int]:
+    """(drafts accepted, draft positions whose fate is known) of one step.
+
+    A step cut by EOS or the token budget stops emitting while its drafts still match, so the positions after
+    the cut were never checked: they count neither as accepted nor as rejected.
+    """
+    accepted = 0
+    while accepted < min(len(step.drafted), len(step.emitted)) and step.drafted[accepted] == step.emitted[accepted]:
+        accepted += 1
+    rejected_seen = accepted < len(step.drafted) and accepted < len(step.emitted)
+    return accepted, accepted + rejected_seen
+
+
 def conditional_acceptance(steps: Sequence[StepRecord]) -> list[dict]:
-    """Per draft position k = 1..K: how often it was reached, accepted, and P(accepted | reached)."""
-    drafting = _drafting_steps(steps)
-    longest = max((len(step.drafted) for step in drafting), default=0)
+    """Per draft position k = 1..K: how often it was reached (and checked), accepted, and P(accepted | reached)."""
+    counts = [_accepted_and_observed(step) for step in _drafting_steps(steps)]
+    longest = max((observed for _, observed in counts), default=0)
     rows = []
     for position in range(1, longest + 1):
-        reached = sum(1 for s in drafting if len(s.drafted) >= position and s.accepted >= position - 1)
-        accepted = sum(1 for s in drafting if len(s.drafted) >= position and s.accepted >= position)
+        reached = sum(1 for accepted, observed in counts if observed >= position and accepted >= position - 1)
+        accepted = sum(1 for accepted, _ in counts if accepted >= position)
         rows.append({"position": position, "reached": reached, "accepted": accepted,
                      "rate": accepted / reached if reached else float("nan")})
     return rows
