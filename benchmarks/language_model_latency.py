@@ -26,38 +26,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-__all__ = ["real_size_text_config", "main"]
+from benchmarks.real_size_model import HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model
 
-VERIFY_LENGTH = 16  # a DSpark block of 15 drafts + the anchor (DESIGN sec. 2)
-HIDDEN_LAYER_IDS = [3, 7, 11, 15, 19]
-
-
-def real_size_text_config():
-    """A Qwen3_5TextConfig with MiniCPM-OCR 1.0's text-model sizes (layer types: every 4th full attention)."""
-    from transformers import Qwen3_5TextConfig
-
-    layers = 24
-    return Qwen3_5TextConfig(
-        vocab_size=248_320, hidden_size=1024, intermediate_size=3584, num_hidden_layers=layers,
-        num_attention_heads=8, num_key_value_heads=2, head_dim=256, linear_num_key_heads=16,
-        linear_num_value_heads=16, linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
-        layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
-        rope_parameters={"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25,
-                         "mrope_section": [11, 11, 10]},
-        tie_word_embeddings=True,
-    )
+__all__ = ["main"]
 
 
 def _export_irs(folder: Path, formats: list[str]) -> dict:
     """Writes decode, verify and verify-without-rollback IRs per weight format; returns {(format, name): path}."""
     import openvino as ov
-    import torch
-    from transformers import Qwen3_5ForCausalLM
 
     from utils.export.language_model import LanguageModelVariant, compress_weights, convert_language_model
 
-    torch.manual_seed(0)
-    model = Qwen3_5ForCausalLM(real_size_text_config()).eval()
+    model = build_random_text_model(seed=0)
     print(f"random Qwen3.5 text model: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters",
           flush=True)
     variants = [LanguageModelVariant("decode", 1, all_logits=True, rollback=False),
