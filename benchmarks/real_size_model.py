@@ -1,0 +1,111 @@
+"""Random models of the real pair's sizes, for the benchmarks: MiniCPM-OCR 1.0's text model and its DSpark draft.
+
+Nothing here is downloaded: the sizes are the published ones, the weights are random. The text model is a
+transformers `Qwen3_5ForCausalLM` (24 layers, every 4th full attention, hidden 1024, MLP 3584, 8 query /
+2 KV heads of 256, 16 linear key/value heads of 128, vocabulary 248,320, tied embeddings: ~752M
+parameters). The draft is written in the published checkpoint layout (`utils.tiny.draft` writes the tiny
+one the same way): DeepSpec builds a draft config by copying the target's (`build_draft_config`), so the
+draft layers have the target's hidden, MLP and attention sizes; with the confidence head reading the
+Markov embedding and `markov_rank` 256 (DeepSpec's DSpark configs) this gives exactly the model card's
+296,837,889 parameters for a 248,100-token input vocabulary (here the target's 248,320 rows: +56,320).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["VERIFY_LENGTH", "HIDDEN_LAYER_IDS", "DRAFT_VOCAB_SIZE", "real_size_text_config",
+           "build_random_text_model", "real_size_draft_config", "write_random_draft"]
+
+VERIFY_LENGTH = 16  # a DSpark block of 15 drafts + the anchor (DESIGN sec. 2)
+HIDDEN_LAYER_IDS = [3, 7, 11, 15, 19]
+DRAFT_VOCAB_SIZE = 114_688
+DRAFT_LAYERS = 5
+MARKOV_RANK = 256  # DeepSpec config/dspark/*.py
+DRAFT_EOS_TOKEN_ID = 0  # only needs to be in the sampled draft vocabulary; the benchmarks never stop at EOS
+
+
+def real_size_text_config():
+    """A Qwen3_5TextConfig with MiniCPM-OCR 1.0's text-model sizes (layer types: every 4th full attention)."""
+    from transformers import Qwen3_5TextConfig
+
+    layers = 24
+    return Qwen3_5TextConfig(
+        vocab_size=248_320, hidden_size=1024, intermediate_size=3584, num_hidden_layers=layers,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=256, linear_num_key_heads=16,
+        linear_num_value_heads=16, linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+        layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
+        rope_parameters={"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": [11, 11, 10]},
+        tie_word_embeddings=True,
+    )
+
+
+def build_random_text_model(*, seed: int = 0):
+    """The randomly initialised real-size Qwen3.5 text model (fp32, eval mode; ~3 GB)."""
+    import torch
+    from transformers import Qwen3_5ForCausalLM
+
+    torch.manual_seed(seed)
+    return Qwen3_5ForCausalLM(real_size_text_config()).eval()
+
+
+def real_size_draft_config(text_config, *, block_size: int, mask_token_id: int) -> dict:
+    """The draft's `config.json` (published layout, `dflash_config` nested), sized from the target's text config."""
+    return {
+        "architectures": ["Qwen3DSparkModel"],
+        "model_type": "qwen3",
+        "hidden_size": text_config.hidden_size,
+        "intermediate_size": text_config.intermediate_size,
+        "num_hidden_layers": DRAFT_LAYERS,
+        "num_attention_heads": text_config.num_attention_heads,
+        "num_key_value_heads": text_config.num_key_value_heads,
+        "head_dim": text_config.head_dim,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": text_config.rope_parameters["rope_theta"],
+        "max_position_embeddings": 40_960,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "vocab_size": text_config.vocab_size,
+        "draft_vocab_size": DRAFT_VOCAB_SIZE,
+        "num_target_layers": text_config.num_hidden_layers,
+        "block_size": block_size,
+        "eos_token_id": DRAFT_EOS_TOKEN_ID,
+        "dflash_config": {
+            "target_layer_ids": HIDDEN_LAYER_IDS,
+            "mask_token_id": mask_token_id,
+            "markov_rank": MARKOV_RANK,
+            "markov_head_type": "vanilla",
+            "enable_confidence_head": True,
+            "confidence_head_with_markov": True,
+        },
+    }
+
+
+def write_random_draft(folder: Path, config: dict, *, seed: int = 0, std: float = 0.02) -> int:
+    """Writes config.json, model.safetensors and local-to-target.json of a random draft into an existing folder.
+
+    Returns:
+        The number of parameters (`d2t` excluded, as the model card counts).
+    """
+    from safetensors.numpy import save_file
+
+    from utils.draft.checkpoint import DRAFT_WEIGHTS, LOCAL_TO_TARGET, draft_tensor_shapes
+    from utils.draft.config import DSparkConfig
+    from utils.tiny.draft import _random_weights, sample_draft_vocabulary
+
+    rng = np.random.default_rng(seed)
+    target_ids = sample_draft_vocabulary(rng, vocab_size=config["vocab_size"], draft_vocab_size=DRAFT_VOCAB_SIZE,
+                                         eos_token_id=DRAFT_EOS_TOKEN_ID)
+    tensors = _random_weights(draft_tensor_shapes(DSparkConfig.from_dict(config)), rng, std)
+    parameters = sum(tensor.size for tensor in tensors.values())
+    tensors["d2t"] = target_ids - np.arange(DRAFT_VOCAB_SIZE, dtype=np.int64)
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_file(dict(sorted(tensors.items())), str(folder / DRAFT_WEIGHTS), metadata={"format": "pt"})
+    (folder / LOCAL_TO_TARGET).write_text(json.dumps(target_ids.tolist()) + "\n")
+    return parameters
