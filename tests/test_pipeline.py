@@ -187,3 +187,18 @@ def test_command_line_prints_text_and_metrics_as_json(tiny_ir, tmp_path, capsys)
     assert printed["tokens"] == expected.tokens and printed["text"] == expected.texts[0]
     assert printed["metrics"]["num_generated_tokens"] == len(expected.tokens)
     assert main([str(tmp_path / "missing.png"), "--target", str(tiny_ir[0])]) == 2
+
+
+def test_int8_target_speculative_output_equals_its_target_only_output(tiny_ir, tmp_path):
+    """INT8 weights change the text, but not the invariant (F32_PROPERTIES turns off dynamic quantization, which
+    at real size made the verify and decode IRs round differently)."""
+    from utils.export.compression import compress_folder
+
+    int8 = compress_folder(tiny_ir[0], tmp_path / "target-int8", weight_format="int8")
+    baseline = SpeculativeOcrPipeline(int8, device="CPU", f32=True)
+    expected = tuple(baseline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=40).tokens)
+    pipeline = SpeculativeOcrPipeline(int8, device="CPU", f32=True, block_size=8,
+                                      proposer=OracleProposer(expected, seed=1, error_rate=0.2))
+    result = pipeline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=40)
+    assert tuple(result.tokens) == expected
+    assert any(0 < step.accepted < len(step.drafted) for step in result.metrics.steps)

@@ -2,9 +2,11 @@
 
 Why op by op and not traced from PyTorch: the walk's argmax must break ties towards the smallest draft id, as
 the reference does, and the Top-K and dense computations must share one IR behind a runtime switch. Both are
-explicit here: every argmax is "the smallest id among the maxima", the candidates come from a stable TopK
-(largest values, smallest ids first among equals), and an `If` on `top_k > 0` picks the computation, so a
-call runs only one of them.
+explicit here: every argmax is "the smallest id among the maxima", and an `If` on `top_k > 0` picks the
+computation, so a call runs only one of them. The candidates come from an unstable TopK: a stable one costs
+240 ms instead of 3-4 ms on [15, 114688] logits at real size (benchmarks/engine_efficiency.py), and only an
+exact tie at the K-th place, which float logits practically never have, could make it pick other candidates
+than the reference.
 
 The walk is unrolled over the B positions of a block (B is small and static: the block size): step k scores
 `U_k + W2 @ W1[prev]`, over the whole draft vocabulary (dense) or over the top-K entries of `U_k` only, takes
@@ -91,7 +93,7 @@ def _top_k_body(weights: MarkovHeadWeights, *, block_size: int, draft_vocab_size
     anchor = ops.parameter([1], ov.Type.i64, name="anchor_token_id")
     top_k = ops.parameter([], ov.Type.i64, name="top_k")
     k = ops.minimum(top_k, _const(np.int64(draft_vocab_size)))
-    candidates = ops.topk(logits, k, axis=1, mode="max", sort="value", index_element_type="i64", stable=True)
+    candidates = ops.topk(logits, k, axis=1, mode="max", sort="value", index_element_type="i64", stable=False)
     values, ids = candidates.output(0), candidates.output(1)  # [B, K] each
     w1 = _const(weights.markov_w1)
     w2_rows = ops.gather(_const(weights.markov_w2), ids, _const(np.int64(0)))  # [B, K, r]

@@ -12,7 +12,9 @@ from pathlib import Path
 __all__ = ["VIRTUAL_DEVICES", "F32_PROPERTIES", "resolve_device", "compile_properties"]
 
 VIRTUAL_DEVICES = ("AUTO",)
-F32_PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32"}  # the reference precision; this CPU defaults to bf16
+# The reference precision: this CPU defaults to bf16, and for INT8-weight IRs it also quantizes activations
+# on the fly unless the group size is 0 (then decode and verify IRs round alike: exact greedy parity).
+F32_PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
 
 
 def resolve_device(device: str | None, *, available: list[str] | None = None) -> str:

@@ -1,0 +1,380 @@
+"""Engine efficiency of speculative decoding at real size: measured speedup over the physics bound, in one run.
+
+The physics bound of a speculative step is what the inferences alone allow: tau tokens per step cost
+t_verify + t_draft + t_markov instead of tau decode steps of t1 each, so speedup <= tau x t1 / (t_verify +
+t_draft + t_markov) (DESIGN sec. 5). Engine efficiency = measured speedup / that bound: what the loop, the
+session's state handling and the host work keep of it. To separate the engine from the draft's quality,
+acceptance is forced:
+
+- target: the random real-size Qwen3.5 text model (`benchmarks.real_size_model`), exported with
+  `export_language_model` (int8 weights by default, verify length 16, hidden layers [3, 7, 11, 15, 19]);
+- draft: a random DSpark draft of the real draft's size (296.8M parameters, block 15, Markov rank 256),
+  written in the published layout and exported with `export_draft`, so the draft and Markov head IRs cost
+  what the real ones do;
+- a reference target-only run records the target's greedy continuation of a random context of C tokens;
+  the stand-in proposer runs the draft and Markov head IRs every step (their random tokens are discarded)
+  and proposes the known continuation for the first `a` positions, then a wrong token, with `a` scheduled
+  so that tokens per step tau = a + 1 averages the requested value.
+
+Both modes run through the OCR pipeline's own loop (`SpeculativeOcrPipeline.generate`, `_decode_step`,
+`_speculative_step`) on a text-only subclass that skips the vision side and embeds with a numpy copy of the
+target's embedding table. Configurations are interleaved, rounds rotate their order, so drift in the shared
+CPU hits all of them alike. Per-step times are means over the steady steps: the first speculative step is
+left out (the draft ingests the C context positions there; reported apart as "first step"). Every run's
+tokens must equal the target-only greedy tokens; with `--precision f32` (f32 hint, and the CPU plugin's dynamic
+activation quantization off, which otherwise makes the 1-token and 16-token IRs disagree) a mismatch stops
+the script.
+
+    python benchmarks/engine_efficiency.py [--contexts 1024 3072] [--taus 2 4 5.47 8 16] [--out result.json]
+
+Artefacts are cached in --work (3.3 GB target: three int8 IRs and the embedding table; 1.2 GB draft
+checkpoint; 1.2 GB draft IR); the first run builds them (7 min on the shared 2-core machine). Peak memory:
+~11 GB (export, and measuring with the three compiled target IRs and the draft IRs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.real_size_model import (HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model,  # noqa: E402
+                                        real_size_draft_config, real_size_text_config, write_random_draft)
+from utils.runtime.clock import InferenceClock  # noqa: E402
+from utils.runtime.pipeline import DSparkProposer, SpeculativeOcrPipeline  # noqa: E402
+
+__all__ = ["TableEmbeddings", "ForcedAcceptanceProposer", "TextOnlyPipeline", "main"]
+
+EMBEDDINGS_FILE = "embed_tokens.npy"
+BLOCK_SIZE = VERIFY_LENGTH - 1
+# The CPU plugin quantizes activations to int8 on the fly for int8-weight IRs; the decode (1 token) and verify
+# (16 tokens) IRs then differ by ~0.16 in logits of ~3 (measured), enough to flip greedy tokens: off for exactness.
+EXACT_PROPERTIES = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+COUNTERS = ("wall", "target", "session", "draft", "markov", "draft_stage", "markov_stage")
+
+
+def prepare_target(work: Path, weight_format: str) -> Path:
+    """The exported random target (and its embedding table as .npy) in `work`, built on first use."""
+    from utils.export.language_model import export_language_model
+    from utils.files import atomic_directory
+
+    folder = work / f"target-{weight_format}"
+    if folder.is_dir():
+        return folder
+    model = build_random_text_model(seed=0)
+    print(f"random Qwen3.5 text model: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters; "
+          f"exporting ({weight_format}) ...", flush=True)
+    with atomic_directory(folder) as staging:
+        np.save(staging / EMBEDDINGS_FILE, model.get_input_embeddings().weight.detach().numpy())
+        report = export_language_model(model, staging, hidden_layer_ids=HIDDEN_LAYER_IDS,
+                                       verify_length=VERIFY_LENGTH, weight_format=weight_format)
+    print(f"  exported in {report['export_seconds']:.0f} s", flush=True)
+    del model
+    gc.collect()
+    return folder
+
+
+def prepare_draft(work: Path, weight_format: str) -> Path:
+    """The exported random real-size draft in `work`, built (checkpoint, then IR) on first use."""
+    from utils.export.draft import export_draft
+    from utils.files import atomic_directory
+
+    source, folder = work / "draft-checkpoint", work / f"draft-{weight_format}"
+    if not source.is_dir():
+        text_config = real_size_text_config()
+        config = real_size_draft_config(text_config, block_size=BLOCK_SIZE,
+                                        mask_token_id=text_config.vocab_size - 1)
+        with atomic_directory(source) as staging:
+            parameters = write_random_draft(staging, config)
+        print(f"random DSpark draft: {parameters / 1e6:.1f}M parameters", flush=True)
+    if not folder.is_dir():
+        start = time.perf_counter()
+        export_draft(source, folder, weight_format=weight_format)
+        print(f"  draft exported ({weight_format}) in {time.perf_counter() - start:.0f} s", flush=True)
+        gc.collect()
+    return folder
+
+
+class TableEmbeddings:
+    """Rows of the target's embedding table, held in numpy: stands in for the text-embedding IR."""
+
+    def __init__(self, table: np.ndarray):
+        self.table = table
+        self.clock = InferenceClock()
+
+    def __call__(self, input_ids: np.ndarray) -> np.ndarray:
+        """[batch, S] int -> [batch, S, H] float32."""
+        with self.clock.measure():
+            return self.table[np.asarray(input_ids)]
+
+
+def accepted_drafts(tau: float, step: int) -> int:
+    """Drafts to accept at step `step` (0-based) so that the running mean of accepted + 1 tracks `tau`."""
+    per_step = tau - 1.0
+    return math.floor((step + 1) * per_step + 1e-9) - math.floor(step * per_step + 1e-9)
+
+
+class ForcedAcceptanceProposer:
+    """A stand-in draft with forced acceptance: pays for the real draft and Markov head IRs, proposes known tokens.
+
+    Each step runs the wrapped `DSparkProposer` (so the draft's context cache grows as in real use), then
+    discards its tokens: the first `accepted_drafts(tau, step)` proposals are the target's known greedy
+    continuation, the next one is wrong on purpose, the rest are the draft's own (random) tokens.
+    """
+
+    def __init__(self, draft: DSparkProposer, continuation: list[int], *, tau: float, vocab_size: int):
+        if not 1.0 <= tau <= VERIFY_LENGTH:
+            raise ValueError(f"tau={tau} must be in [1, {VERIFY_LENGTH}] (tokens per step of a block of "
+                             f"{BLOCK_SIZE} drafts)")
+        self.draft, self.continuation, self.tau, self.vocab_size = draft, continuation, tau, vocab_size
+        self.clocks = draft.clocks
+        self._step = 0
+
+    def reset(self) -> None:
+        self.draft.reset()
+        self._step = 0
+
+    def propose(self, anchor, new_context, *, num_tokens, top_k, timer, generated):
+        walked, confidences = self.draft.propose(anchor, new_context, num_tokens=num_tokens, top_k=top_k,
+                                                 timer=timer, generated=generated)
+        accepted = min(accepted_drafts(self.tau, self._step), num_tokens)
+        self._step += 1
+        start = len(generated)
+        drafts = list(self.continuation[start:start + accepted])
+        if accepted < num_tokens:
+            drafts.append((self.continuation[start + accepted] + 1) % self.vocab_size)
+            drafts += walked[accepted + 1:num_tokens]
+        return drafts, confidences
+
+
+class TextOnlyPipeline(SpeculativeOcrPipeline):
+    """The OCR pipeline's loop on a text-only target: `generate(context_embeds)` prefills the embeddings as given.
+
+    It does not call the parent's `__init__` (which loads the vision IR, tokenizer and preprocessor of a full
+    export); it sets what `generate` and the step methods use, and records the counters around every step.
+    """
+
+    def __init__(self, language_model, embed: TableEmbeddings, proposer=None):
+        self.language_model, self.embed, self.proposer = language_model, embed, proposer
+        self.block_size = None if proposer is None else BLOCK_SIZE
+        self.eos_token_ids = ()  # a random model has no meaningful EOS: always run to the token budget
+        self.step_timings: list[dict] = []
+
+    def _prompt_embeddings(self, image, prompt, timer):
+        return image
+
+    def _detokenize(self, tokens):
+        return ""
+
+    def _openvino_seconds(self) -> float:
+        return self.language_model.timings.openvino_seconds + sum(self._clocks())
+
+    def _clocks(self) -> tuple[float, float]:
+        return tuple(clock.seconds for clock in self.proposer.clocks) if self.proposer else (0.0, 0.0)
+
+    def _counters(self, timer) -> dict:
+        timings = self.language_model.timings
+        draft, markov = self._clocks()
+        return {"wall": time.perf_counter(), "target": timings.openvino_seconds, "session": timings.host_seconds,
+                "draft": draft, "markov": markov, "draft_stage": timer.seconds["draft"],
+                "markov_stage": timer.seconds["markov_head"]}
+
+    def _timed(self, timer, step_method, *args, **kwargs):
+        before = self._counters(timer)
+        step, new_context = step_method(*args, **kwargs)
+        after = self._counters(timer)
+        self.step_timings.append({key: after[key] - before[key] for key in COUNTERS} | {"emitted": len(step.emitted)})
+        return step, new_context
+
+    def _decode_step(self, token, timer):
+        return self._timed(timer, super()._decode_step, token, timer)
+
+    def _speculative_step(self, tokens, new_context, timer, **options):
+        return self._timed(timer, super()._speculative_step, tokens, new_context, timer, **options)
+
+    def run(self, context_embeds: np.ndarray, max_new_tokens: int) -> tuple[list[int], list[dict], float]:
+        """(tokens, per-step counters, decode seconds) of one generation after the context."""
+        self.step_timings = []
+        result = self.generate(context_embeds, max_new_tokens=max_new_tokens)
+        return result.tokens, self.step_timings, result.metrics.decode_seconds
+
+
+def _mean_ms(steps: list[dict], key) -> float:
+    return 1000 * statistics.fmean(key(step) if callable(key) else step[key] for step in steps)
+
+
+def _infer(step: dict) -> float:
+    return step["target"] + step["draft"] + step["markov"]
+
+
+def summarize(steps: list[dict]) -> dict:
+    """Mean per-step times (ms), tokens per step and tokens/s of pooled steady steps.
+
+    Means, not medians: with them, speedup / bound is exactly (inference share of the speculative wall time) /
+    (inference share of the target-only wall time), so a slowdown of the shared CPU that hits host and
+    inference alike cancels out of the efficiency even when it hits the configurations unequally.
+    """
+    tokens, wall = sum(step["emitted"] for step in steps), sum(step["wall"] for step in steps)
+    return {
+        "steps": len(steps), "tau": tokens / len(steps), "tokens_per_s": tokens / wall,
+        "target_ms": _mean_ms(steps, "target"), "draft_ms": _mean_ms(steps, "draft"),
+        "markov_ms": _mean_ms(steps, "markov"),
+        "host_ms": _mean_ms(steps, lambda step: step["wall"] - _infer(step)),
+        "session_host_ms": _mean_ms(steps, "session"),
+        "draft_host_ms": _mean_ms(steps, lambda step: step["draft_stage"] + step["markov_stage"]
+                                  - step["draft"] - step["markov"]),
+    }
+
+
+def _check_invariant(tokens: list[int], reference: list[int], *, label: str, strict: bool) -> bool:
+    """True when the run reproduced the target-only greedy tokens; raises instead when `strict`."""
+    if tokens == reference[:len(tokens)]:
+        return True
+    first = next(index for index, (a, b) in enumerate(zip(tokens, reference)) if a != b)
+    message = f"{label}: token {first} is {tokens[first]}, target-only greedy decoding gave {reference[first]}"
+    if strict:
+        raise RuntimeError(f"invariant broken: {message}")
+    print(f"  warning: {message} (reduced precision: the verify and decode IRs round differently)", flush=True)
+    return False
+
+
+def measure(language_model, embed: TableEmbeddings, draft: DSparkProposer, *, contexts: list[int], taus: list[float],
+            new_tokens: int, rounds: int, strict: bool, seed: int) -> dict:
+    """Interleaved runs of target-only and forced-acceptance speculative decoding; raw steps per configuration."""
+    rng = np.random.default_rng(seed)
+    vocab_size = embed.table.shape[0]
+    target_only = TextOnlyPipeline(language_model, embed)
+    setups = {}
+    for context in contexts:
+        context_embeds = embed(rng.integers(vocab_size, size=context))
+        reference, _, _ = target_only.run(context_embeds, new_tokens + VERIFY_LENGTH)  # also the warm-up
+        pipelines = {"target": target_only} | {
+            tau: TextOnlyPipeline(language_model, embed, ForcedAcceptanceProposer(draft, reference, tau=tau,
+                                                                                   vocab_size=vocab_size))
+            for tau in taus}
+        setups[context] = (context_embeds, reference, pipelines)
+    raw = {(context, name): {"steps": [], "first_step_ms": [], "decode_s": [], "matches": []}
+           for context in contexts for name in ["target", *taus]}
+    for round_index in range(rounds):
+        for context, (context_embeds, reference, pipelines) in setups.items():
+            names = list(pipelines)
+            for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+                tokens, steps, decode_seconds = pipelines[name].run(context_embeds, new_tokens)
+                record = raw[(context, name)]
+                record["matches"].append(_check_invariant(tokens, reference, strict=strict,
+                                                          label=f"context {context}, {name}, round {round_index}"))
+                first = 0 if name == "target" else 1
+                record["first_step_ms"].append(1000 * steps[0]["wall"])
+                record["steps"] += steps[first:]
+                record["decode_s"].append(decode_seconds)
+                print(f"  round {round_index} context {context} {name}: {len(tokens)} tokens in "
+                      f"{decode_seconds:.2f} s", flush=True)
+    return raw
+
+
+def report_rows(raw: dict, *, contexts: list[int], taus: list[float], new_tokens: int) -> list[dict]:
+    """One row per (context, tau): the table's numbers."""
+    rows = []
+    for context in contexts:
+        target = summarize(raw[(context, "target")]["steps"])
+        target_e2e = sum(raw[(context, "target")]["decode_s"])
+        for tau in taus:
+            record = raw[(context, tau)]
+            spec = summarize(record["steps"])
+            bound = spec["tau"] * target["target_ms"] / (spec["target_ms"] + spec["draft_ms"] + spec["markov_ms"])
+            speedup = spec["tokens_per_s"] / target["tokens_per_s"]
+            rows.append({
+                "context": context, "tau_requested": tau, "tau": spec["tau"], "t1_ms": target["target_ms"],
+                "t_verify_ms": spec["target_ms"], "t_draft_ms": spec["draft_ms"], "t_markov_ms": spec["markov_ms"],
+                "host_per_step_ms": spec["host_ms"], "session_host_ms": spec["session_host_ms"],
+                "draft_host_ms": spec["draft_host_ms"], "target_host_per_token_ms": target["host_ms"],
+                "target_tokens_per_s": target["tokens_per_s"], "spec_tokens_per_s": spec["tokens_per_s"],
+                "speedup": speedup, "physics_bound": bound, "efficiency": speedup / bound,
+                "speedup_with_first_step": target_e2e / sum(record["decode_s"]),
+                "first_step_ms": statistics.median(record["first_step_ms"]),
+                "invariant_held": all(record["matches"]), "new_tokens": new_tokens, "steady_steps": spec["steps"],
+            })
+    return rows
+
+
+def print_tables(rows: list[dict]) -> None:
+    """The markdown tables: efficiency, then where the host time of a speculative step goes."""
+    print("\n| context | tau | t1 (ms) | t_verify (ms) | t_draft (ms) | t_markov (ms) | host/step (ms) "
+          "| target-only tok/s | speculative tok/s | speedup | physics bound | efficiency |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(f"| {row['context']} | {row['tau']:.2f} | {row['t1_ms']:.1f} | {row['t_verify_ms']:.1f} "
+              f"| {row['t_draft_ms']:.1f} | {row['t_markov_ms']:.1f} | {row['host_per_step_ms']:.1f} "
+              f"| {row['target_tokens_per_s']:.1f} | {row['spec_tokens_per_s']:.1f} | {row['speedup']:.2f}x "
+              f"| {row['physics_bound']:.2f}x | {row['efficiency']:.0%} |")
+    print("\n| context | tau | session host (verify+accept) | draft host (draft+Markov) | target-only host/token "
+          "| first spec step (ms) | speedup incl. first step | invariant |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|")
+    for row in rows:
+        print(f"| {row['context']} | {row['tau']:.2f} | {row['session_host_ms']:.1f} | {row['draft_host_ms']:.1f} "
+              f"| {row['target_host_per_token_ms']:.1f} | {row['first_step_ms']:.0f} "
+              f"| {row['speedup_with_first_step']:.2f}x | {'held' if row['invariant_held'] else 'BROKEN'} |")
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from utils.export.draft import WEIGHT_FORMATS as DRAFT_WEIGHT_FORMATS
+    from utils.export.language_model import WEIGHT_FORMATS
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("/tmp/dspark-engine-bench"),
+                        help="cache folder for the random models and their IRs")
+    parser.add_argument("--weight-format", default="int8", choices=WEIGHT_FORMATS, help="target weights")
+    parser.add_argument("--draft-weight-format", default="fp32", choices=DRAFT_WEIGHT_FORMATS)
+    parser.add_argument("--precision", default="f32", choices=["f32", "native"],
+                        help="f32: f32 hint and no dynamic activation quantization (exact: the invariant is "
+                             "asserted); native: the CPU's defaults (bf16 here; mismatches are reported, not fatal, and the "
+                             "forced acceptance collapses after the first one, so tau falls towards 1)")
+    parser.add_argument("--contexts", type=int, nargs="+", default=[1024, 3072], help="context tokens C")
+    parser.add_argument("--taus", type=float, nargs="+", default=[2.0, 4.0, 5.47, 8.0, 16.0],
+                        help="forced tokens per step (upstream's real pair: 5.47)")
+    parser.add_argument("--new-tokens", type=int, default=192, help="tokens generated per run")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every configuration")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random contexts")
+    parser.add_argument("--out", type=Path, help="also write the rows as JSON here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Builds or reuses the artefacts, measures, prints the tables (and writes JSON with --out)."""
+    args = _parse_args(argv)
+    import openvino as ov
+
+    from utils.runtime.device import compile_properties
+    from utils.runtime.language_model import LanguageModelSession
+
+    target_folder = prepare_target(args.work, args.weight_format)
+    draft_folder = prepare_draft(args.work, args.draft_weight_format)
+    exact = args.precision == "f32"
+    properties = compile_properties("CPU", f32=exact) | (EXACT_PROPERTIES if exact else {})
+    embed = TableEmbeddings(np.load(target_folder / EMBEDDINGS_FILE, mmap_mode="r"))  # rows read on use
+    language_model = LanguageModelSession(target_folder, properties=properties, core=ov.Core(),
+                                          max_length=max(args.contexts) + args.new_tokens + 2 * VERIFY_LENGTH)
+    draft = DSparkProposer(draft_folder, "CPU", properties=properties, embed=embed)
+    print(f"measuring: precision {args.precision}, target {args.weight_format}, draft {args.draft_weight_format}, "
+          f"{args.new_tokens} tokens per run, {args.rounds} rounds", flush=True)
+    raw = measure(language_model, embed, draft, contexts=args.contexts, taus=args.taus, new_tokens=args.new_tokens,
+                  rounds=args.rounds, strict=exact, seed=args.seed)
+    rows = report_rows(raw, contexts=args.contexts, taus=args.taus, new_tokens=args.new_tokens)
+    print_tables(rows)
+    if args.out:
+        settings = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()}
+        steps = {f"{context}/{name}": record["steps"] for (context, name), record in raw.items()}
+        args.out.write_text(json.dumps({"settings": settings, "rows": rows, "steps": steps}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
