@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 import json
-import random
 
 import numpy as np
 import pytest
+
+from oracle import NoisyAnswer
 
 from utils.pages import sample_pages
 from utils.runtime.pipeline import SpeculativeOcrPipeline
@@ -36,24 +37,17 @@ def answer(pipelines):
     return run
 
 
-class OracleProposer:
-    """A stand-in draft that knows the target's answer and gets a seeded share of tokens wrong."""
+class OracleProposer(NoisyAnswer):
+    """The noisy answer as a pipeline `Proposer`."""
 
     clocks = ()
-
-    def __init__(self, answer: tuple[int, ...], *, seed: int, error_rate: float, vocab_size: int = 1000):
-        self.answer, self.error_rate, self.vocab_size = answer, error_rate, vocab_size
-        self.random = random.Random(seed)
 
     def reset(self) -> None:
         pass
 
     def propose(self, anchor, new_context, *, num_tokens, top_k, timer, generated):
-        start = len(generated)
-        tokens = list(self.answer[start:start + num_tokens])
-        tokens += [self.random.randrange(self.vocab_size) for _ in range(num_tokens - len(tokens))]
-        tokens = [(t + 1) % self.vocab_size if self.random.random() < self.error_rate else t for t in tokens]
-        return tokens, np.array([self.random.random() for _ in tokens], np.float32)
+        tokens, confidences = self.next_tokens(generated, num_tokens)
+        return tokens, np.array(confidences, np.float32)
 
 
 def _check_metrics(result, *, num_assistant_tokens):

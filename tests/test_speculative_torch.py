@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
-import random
 
 import pytest
 import torch
+
+from oracle import NoisyAnswer
 
 from utils.draft.checkpoint import TargetSpec
 from utils.draft.markov import DraftProposal
@@ -50,19 +51,12 @@ def case(models):
     return inputs, reference
 
 
-class OracleDrafter:
-    """A stand-in draft that knows the target's greedy answer and gets a seeded share of tokens wrong."""
-
-    def __init__(self, answer: tuple[int, ...], *, seed: int, error_rate: float, vocab_size: int):
-        self.answer, self.error_rate, self.vocab_size = answer, error_rate, vocab_size
-        self.random = random.Random(seed)
+class OracleDrafter(NoisyAnswer):
+    """The noisy answer as a reference-loop `Drafter`."""
 
     def propose(self, *, anchor, new_target_hidden, num_tokens, generated):
-        start = len(generated)
-        tokens = list(self.answer[start:start + num_tokens])
-        tokens += [self.random.randrange(self.vocab_size) for _ in range(num_tokens - len(tokens))]
-        tokens = [(t + 1) % self.vocab_size if self.random.random() < self.error_rate else t for t in tokens]
-        return DraftProposal(tokens, tokens, [self.random.random() for _ in tokens])
+        tokens, confidences = self.next_tokens(generated, num_tokens)
+        return DraftProposal(tokens, tokens, confidences)
 
 
 def _eos(target):
