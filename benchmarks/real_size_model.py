@@ -97,12 +97,12 @@ def write_random_draft(folder: Path, config: dict, *, seed: int = 0, std: float 
 
     from utils.draft.checkpoint import DRAFT_WEIGHTS, LOCAL_TO_TARGET, draft_tensor_shapes
     from utils.draft.config import DSparkConfig
-    from utils.tiny.draft import _random_weights, sample_draft_vocabulary
+    from utils.tiny.draft import random_draft_weights, sample_draft_vocabulary
 
     rng = np.random.default_rng(seed)
     target_ids = sample_draft_vocabulary(rng, vocab_size=config["vocab_size"], draft_vocab_size=DRAFT_VOCAB_SIZE,
                                          eos_token_id=DRAFT_EOS_TOKEN_ID)
-    tensors = _random_weights(draft_tensor_shapes(DSparkConfig.from_dict(config)), rng, std)
+    tensors = random_draft_weights(draft_tensor_shapes(DSparkConfig.from_dict(config)), rng, std)
     parameters = sum(tensor.size for tensor in tensors.values())
     tensors["d2t"] = target_ids - np.arange(DRAFT_VOCAB_SIZE, dtype=np.int64)
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")

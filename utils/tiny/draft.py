@@ -18,7 +18,7 @@ from utils.draft.checkpoint import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET,
 from utils.draft.config import DSparkConfig
 from utils.files import sha256_file
 
-__all__ = ["sample_draft_vocabulary", "build_tiny_draft"]
+__all__ = ["sample_draft_vocabulary", "random_draft_weights", "build_tiny_draft"]
 
 def sample_draft_vocabulary(rng: np.random.Generator, *, vocab_size: int, draft_vocab_size: int,
                             eos_token_id: int) -> np.ndarray:
@@ -64,7 +64,8 @@ def _draft_config(spec, tokenizer, input_vocab_size: int) -> dict:
     }
 
 
-def _random_weights(shapes: dict, rng: np.random.Generator, std: float) -> dict[str, np.ndarray]:
+def random_draft_weights(shapes: dict, rng: np.random.Generator, std: float) -> dict[str, np.ndarray]:
+    """Random draft tensors for `shapes` (norm weights one, biases zero; `d2t` is left to the caller)."""
     tensors = {}
     for name, shape in shapes.items():
         if name == "d2t":
@@ -87,7 +88,7 @@ def build_tiny_draft(spec, tokenizer, out: Path) -> None:
     rng = np.random.default_rng(spec.seed + 1)
     target_ids = sample_draft_vocabulary(rng, vocab_size=input_vocab_size, draft_vocab_size=spec.draft_vocab_size,
                                          eos_token_id=tokenizer.eos_token_id)
-    tensors = _random_weights(draft_tensor_shapes(DSparkConfig.from_dict(config)), rng, spec.initializer_range)
+    tensors = random_draft_weights(draft_tensor_shapes(DSparkConfig.from_dict(config)), rng, spec.initializer_range)
     tensors["d2t"] = target_ids - np.arange(spec.draft_vocab_size, dtype=np.int64)
 
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
