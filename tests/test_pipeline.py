@@ -196,3 +196,16 @@ def test_int8_target_speculative_output_equals_its_target_only_output(tiny_ir, t
     result = pipeline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=40)
     assert tuple(result.tokens) == expected
     assert any(0 < step.accepted < len(step.drafted) for step in result.metrics.steps)
+
+
+def test_target_export_refuses_an_existing_folder_before_converting(tiny_pair, tmp_path, monkeypatch):
+    import transformers
+
+    from utils.export.target import export_target
+
+    (tmp_path / "out").mkdir()
+    monkeypatch.setattr(transformers.AutoModelForImageTextToText, "from_pretrained",
+                        lambda *args, **kwargs: pytest.fail("the model was loaded before the check"))
+    for weight_format in ("fp32", "int8"):
+        with pytest.raises(FileExistsError, match="already exists"):
+            export_target(tiny_pair.target, tmp_path / "out", draft=tiny_pair.draft, weight_format=weight_format)

@@ -87,6 +87,8 @@ def export_target(source: Path | str, out: Path | str, *, draft: Path | str | No
     if weight_format not in TARGET_WEIGHT_FORMATS:
         raise ValueError(f"weight_format={weight_format!r} must be one of {TARGET_WEIGHT_FORMATS}")
     _check_source(source)
+    if out.exists() and not overwrite:  # fail before minutes of conversion, not after them
+        raise FileExistsError(f"{out} already exists; pass overwrite=True to replace it")
     if weight_format in COMPRESSED_FORMATS:
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=f".{out.name}.fp32-", dir=out.parent) as scratch:
