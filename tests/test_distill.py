@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 
 import numpy as np
@@ -14,25 +15,36 @@ from utils.draft.checkpoint import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET,
 from utils.draft.modeling import DraftContextCache, load_reference_draft
 from utils.files import sha256_file
 from utils.pages import sample_pages
-from utils.tiny import BUILD_STAMP, DistillConfig, PretrainConfig, TinyPairConfig, build_tiny_pair, default_pair
+from utils.tiny import BUILD_STAMP, DistillConfig, TinyPairConfig, build_tiny_pair, default_pair
 from utils.tiny.__main__ import main as tiny_cli
 from utils.tiny.acceptance import confidence_auc, measure_acceptance, scored_positions
 from utils.tiny.anchor_forward import forward_anchor_blocks
-from utils.tiny.distill import frequent_vocabulary
+from utils.tiny.distill import distill_draft, frequent_vocabulary
+from utils.tiny.draft import build_tiny_draft
 from utils.tiny.distill_data import training_pages
 from utils.verification import StepRecord
 
 ATOL = 1e-5  # float32: the same function, computed in another order
-QUICK_PRETRAIN = PretrainConfig(steps=60)  # the test's budget for the target; the default trains longer
 SMALL = DistillConfig(pages=16, steps=60)  # the test's budget for the draft; the default trains on more, longer
 TINY = DistillConfig(pages=2, steps=3)  # enough to exercise every file the distillation writes
-HELD_OUT_PAGES = sample_pages()[:4]  # 4 of the 10 held-out pages, both prompts: 8 answers
 
 
 @pytest.fixture(scope="module")
 def distilled(tmp_path_factory):
-    return build_tiny_pair(tmp_path_factory.mktemp("distilled") / "pair", TinyPairConfig(), pretrain=QUICK_PRETRAIN,
-                           distill=SMALL)
+    """A random draft distilled here (`SMALL`) on the shipped target: (target folder, draft folder).
+
+    The target is the shipped one, whose answers vary with the page, so that the figures below test the
+    distillation, not how this machine happened to pretrain a target.
+    """
+    from transformers import AutoTokenizer
+
+    root = tmp_path_factory.mktemp("distilled")
+    target, draft = root / "target", root / "draft"
+    shutil.copytree(default_pair().target, target)
+    draft.mkdir()
+    build_tiny_draft(TinyPairConfig(), AutoTokenizer.from_pretrained(target), draft)
+    distill_draft(target, draft, SMALL)
+    return target, draft
 
 
 def test_batched_anchor_forward_equals_the_reference_forward_block(tiny_pair):
@@ -87,29 +99,34 @@ def test_scored_positions_stop_at_the_first_rejection():
 
 
 def test_distilled_draft_keeps_the_published_layout(distilled, tiny_pair):
-    checkpoint = load_draft_checkpoint(distilled.draft)  # validates names, shapes, d2t against local-to-target
-    random_tensors, tensors = load_file(str(tiny_pair.draft / DRAFT_WEIGHTS)), load_file(str(distilled.draft / DRAFT_WEIGHTS))
+    _, draft = distilled
+    checkpoint = load_draft_checkpoint(draft)  # validates names, shapes, d2t against local-to-target
+    random_tensors, tensors = load_file(str(tiny_pair.draft / DRAFT_WEIGHTS)), load_file(str(draft / DRAFT_WEIGHTS))
     assert {name: t.shape for name, t in tensors.items()} == {name: t.shape for name, t in random_tensors.items()}
     assert tensors["d2t"].dtype == np.int64
-    assert (distilled.draft / "config.json").read_text() == (tiny_pair.draft / "config.json").read_text()
-    audit = json.loads((distilled.draft / EXPORT_AUDIT).read_text())
-    assert audit["weights_sha256"] == sha256_file(distilled.draft / DRAFT_WEIGHTS)
-    assert audit["local_to_target_sha256"] == sha256_file(distilled.draft / LOCAL_TO_TARGET)
-    assert json.loads((distilled.draft / "config.json").read_text())["eos_token_id"] in checkpoint.target_ids
+    assert (draft / "config.json").read_text() == (tiny_pair.draft / "config.json").read_text()
+    audit = json.loads((draft / EXPORT_AUDIT).read_text())
+    assert audit["weights_sha256"] == sha256_file(draft / DRAFT_WEIGHTS)
+    assert audit["local_to_target_sha256"] == sha256_file(draft / LOCAL_TO_TARGET)
+    assert json.loads((draft / "config.json").read_text())["eos_token_id"] in checkpoint.target_ids
     built_ids = np.arange(len(random_tensors["d2t"])) + random_tensors["d2t"]
     kept = np.isin(built_ids, checkpoint.target_ids)
     assert kept.any() and (checkpoint.target_ids[kept] == built_ids[kept]).all()
     assert not np.array_equal(tensors["lm_head.weight"], random_tensors["lm_head.weight"])
-    stamp = json.loads((distilled.root / BUILD_STAMP).read_text())
-    assert stamp["distill"] == SMALL.options() and stamp["pretrain"] == QUICK_PRETRAIN.options()
 
 
-def test_distilled_draft_accepts_tokens_on_held_out_pages(distilled):
-    """The random draft accepts nothing on held-out pages (1.000 token per step); this small pretraining and
-    distillation (53 s) reaches 3.13 tokens per step and AUC 0.81 here (measured); the bounds keep a margin."""
-    report = measure_acceptance(distilled.target, distilled.draft, pages=HELD_OUT_PAGES, max_new_tokens=32)
-    assert report.tokens_per_step >= 2.5
-    assert report.confidence_auc > 0.7
+def test_distilled_draft_lands_in_an_honest_band_on_held_out_pages(distilled):
+    """Training is not bit-reproducible across CPUs, so this asserts a band, not bits.
+
+    On the held-out pages (10 x 2 prompts) the random draft reaches 1.00 tokens per step; this small
+    distillation reached 3.49 tokens per step, 104 of 538 scored drafts rejected and AUC 0.72 here (the same
+    under PyTorch's default and AVX2 kernels). The band keeps a margin on both sides: a draft that never
+    misses would mean a target too regular to teach anything, and an AUC of 0.5 a confidence head that guesses.
+    """
+    report = measure_acceptance(*distilled, max_new_tokens=48)
+    assert 2.0 <= report.tokens_per_step <= 7.0, report
+    assert report.accepted_positions > 0 and report.rejected_positions >= 10, report
+    assert report.confidence_auc > 0.6, report
 
 
 def test_distillation_is_deterministic_from_the_command_line_and_python(tmp_path, capsys):
@@ -122,19 +139,6 @@ def test_distillation_is_deterministic_from_the_command_line_and_python(tmp_path
     assert json.loads((again.root / BUILD_STAMP).read_text())["distill"] == TINY.options()
     with pytest.raises(FileExistsError, match="other options"):
         build_tiny_pair(again.root, TinyPairConfig())
-
-
-def test_default_pair_replaces_another_pair_in_its_cache_then_reuses_it(tmp_path, monkeypatch):
-    import utils.tiny.pair
-
-    build_tiny_pair(tmp_path / "tiny", TinyPairConfig())  # an undistilled pair from an earlier run
-    tiny_pretrain = PretrainConfig(steps=2, examples_per_step=1)
-    monkeypatch.setattr(utils.tiny.pair, "PretrainConfig", lambda: tiny_pretrain)
-    monkeypatch.setattr(utils.tiny.pair, "DistillConfig", lambda: TINY)
-    pair = default_pair(tmp_path)
-    assert pair.seconds > 0 and pair.root == tmp_path / "tiny"
-    assert pair.pretrain == tiny_pretrain and pair.distill == TINY
-    assert default_pair(tmp_path).seconds == 0.0
 
 
 @pytest.mark.parametrize("options, message", [

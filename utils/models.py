@@ -1,10 +1,12 @@
-"""Where the suite keeps its model folders, and the default pair: tiny, distilled, exported once and reused.
+"""Where the suite keeps its model folders, and the default pair's IR: exported once and reused.
 
-Layout below the models folder (`<repo>/models`, or $DSPARK_OCR_MODELS):
-    tiny/             the tiny pair (`utils.tiny.default_pair`): target/ and draft/ in transformers layout
-    tiny-ov/          their IR exports: target/ and draft/, plus the build stamp of the pair they came from
+The default pair itself ships in the repository (`utils/tiny/default`, `utils.tiny.default_pair`). Layout
+below the models folder (`<repo>/models`, or $DSPARK_OCR_MODELS):
+    tiny-ov/          its IR exports: target/ and draft/, plus the manifest of the pair they came from
+    MiniCPM-OCR-1.0/, MiniCPM-OCR-1.0-DSpark/   the real checkpoints, when downloaded
 
-A change of the tiny pair (new builder, other options) makes its exports stale; they are then re-exported.
+A change of the shipped pair (other files, so another manifest) makes its exports stale; they are then
+re-exported.
 """
 
 from __future__ import annotations
@@ -27,26 +29,28 @@ def models_dir() -> Path:
 
 
 def default_ir_pair(models: Path | str | None = None) -> tuple[Path, Path]:
-    """(target IR folder, draft IR folder) of the default tiny pair, building and exporting what is missing.
+    """(target IR folder, draft IR folder) of the shipped tiny pair, exported once (again when it changed).
 
     Args:
         models: the models folder (default: `models_dir()`).
     """
     from utils.export.draft import export_draft
     from utils.export.target import export_target
-    from utils.tiny import BUILD_STAMP, default_pair
+    from utils.tiny import default_pair
+    from utils.tiny.manifest import MANIFEST
 
     models = Path(models) if models is not None else models_dir()
-    pair = default_pair(models)
+    pair = default_pair()
     exports = models / "tiny-ov"
-    source_stamp = (pair.root / BUILD_STAMP).read_text()
-    stale = (exports / _EXPORT_STAMP).is_file() and (exports / _EXPORT_STAMP).read_text() != source_stamp
+    source_stamp = (pair.root / MANIFEST).read_text()
+    stamp = exports / _EXPORT_STAMP
+    stale = not stamp.is_file() or stamp.read_text() != source_stamp
     target, draft = exports / "target", exports / "draft"
     if stale or not draft.exists():
         export_draft(pair.draft, draft, overwrite=True)
     if stale or not target.exists():
         export_target(pair.target, target, draft=pair.draft, overwrite=True)
-    (exports / _EXPORT_STAMP).write_text(source_stamp)
+    stamp.write_text(source_stamp)
     return target, draft
 
 

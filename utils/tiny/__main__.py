@@ -1,4 +1,8 @@
-"""Command line: `python -m utils.tiny --out DIR [--seed N] [--draft-vocab-size N] ... [--pretrain] [--distill]`."""
+"""Command line: `python -m utils.tiny --out DIR [--seed N] [--draft-vocab-size N] ... [--pretrain] [--distill]
+[--manifest]`.
+
+The shipped default pair (`utils/tiny/default`) is `--pretrain --distill --manifest` with the defaults.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import argparse
 import sys
 
 from utils.files import folder_size
+from utils.tiny.manifest import MANIFEST, write_manifest
 from utils.tiny.pair import DistillConfig, PretrainConfig, TinyPairConfig, build_tiny_pair
 
 
@@ -27,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="train the draft on the target's greedy answers (about a minute on CPU)")
     parser.add_argument("--distill-steps", type=int, default=DistillConfig().steps, help="training steps")
     parser.add_argument("--distill-pages", type=int, default=DistillConfig().pages, help="generated training pages")
+    parser.add_argument("--manifest", action="store_true",
+                        help="measure the pair on the held-out pages and write manifest.json (hashes and figures)")
     parser.add_argument("--overwrite", action="store_true", help="rebuild even if DIR holds a pair")
     args = parser.parse_args(argv)
     try:
@@ -47,6 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tiny pair {verb}: {pair.root}" + (f" ({trained})" if trained else ""))
     for part in (pair.target, pair.draft):
         print(f"  {part.name:<7} {folder_size(part) / 1e6:6.2f} MB  {part}")
+    if args.manifest:
+        held_out = write_manifest(pair.root)["held_out"]
+        for walk in ("top_k_scorer", "dense_walk"):
+            figures = held_out[walk]
+            print(f"  held out, {walk}: {figures['tokens_per_step']:.2f} tokens per step, "
+                  f"{figures['rejected_share']:.1%} of drafts rejected, confidence AUC {figures['confidence_auc']}")
+        print(f"  wrote {pair.root / MANIFEST}")
     return 0
 
 

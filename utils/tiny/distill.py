@@ -221,7 +221,7 @@ def distill_draft(target_dir: Path | str, draft_dir: Path | str, config: Distill
                   ) -> DistillReport:
     """Re-chooses the draft vocabulary and trains the draft in `draft_dir` on the target's greedy answers.
 
-    Runs single-threaded so that the same seed gives the same weights on any machine.
+    Runs single-threaded so that the same seed gives the same weights on one machine (not across CPUs).
 
     Args:
         target_dir: the tiny target folder (transformers).

@@ -11,11 +11,11 @@ from pathlib import Path
 from utils.files import atomic_directory
 
 __all__ = ["TinyPairConfig", "PretrainConfig", "DistillConfig", "TinyPair", "build_tiny_pair", "build_stamp", "default_pair",
-           "BUILD_STAMP", "DEFAULT_PAIR_FOLDER"]
+           "BUILD_STAMP", "SHIPPED_PAIR_DIR"]
 
 BUILD_STAMP = "tiny-pair.json"
 BUILDER_VERSION = 2  # bump when the builder's output changes, so pairs built by older code are rebuilt
-DEFAULT_PAIR_FOLDER = "tiny"  # below the models folder of the notebooks and `python -m utils.ocr`
+SHIPPED_PAIR_DIR = Path(__file__).resolve().parent / "default"  # the default pair, shipped in the repository
 
 
 def _json_ready(options) -> dict:
@@ -103,7 +103,7 @@ class PretrainConfig:
     each asked with one of `prompts`, the passage and EOS as the answer.
     """
 
-    steps: int = 60  # more memorises the few training lines: one answer for every page, nothing rejected
+    steps: int = 50  # much more memorises the few training lines: one answer for every page, nothing rejected
     examples_per_step: int = 4
     prompts: tuple[str, ...] = ("Text Recognition:", "Read all the text in the image.")
     max_lines: int = 4  # passage length in corpus lines, drawn in [1, max_lines]
@@ -250,21 +250,28 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
     return TinyPair(out, config, seconds=time.perf_counter() - start, pretrain=pretrain, distill=distill)
 
 
-def default_pair(models_dir: Path | str) -> TinyPair:
+def default_pair(root: Path | str = SHIPPED_PAIR_DIR) -> TinyPair:
     """The embedded default of the notebooks and `python -m utils.ocr`: the pretrained target and its distilled
-    draft, built once.
+    draft, shipped in the repository (`utils/tiny/default`) and checked against its manifest's hashes.
 
-    Lives in `models_dir/tiny`; a pair found there with other options (an older or untrained build) is
-    replaced, since that folder is the suite's cache.
+    Nothing is trained here: float training gives other bits on another CPU, and every notebook output
+    computed from the pair would follow (`utils.tiny.manifest`).
 
     Args:
-        models_dir: the models folder (the notebooks use `<repo>/models`).
+        root: the shipped pair's folder.
 
     Returns:
-        The `TinyPair` (with `seconds == 0` when it was already built).
+        The `TinyPair`, with the options it was built with.
+
+    Raises:
+        ValueError: a file of the pair is missing or differs from the manifest.
     """
-    root = Path(models_dir) / DEFAULT_PAIR_FOLDER
-    config, pretrain, distill = TinyPairConfig(), PretrainConfig(), DistillConfig()
-    stamp = root / BUILD_STAMP
-    stale = stamp.is_file() and json.loads(stamp.read_text()) != build_stamp(config, pretrain=pretrain, distill=distill)
-    return build_tiny_pair(root, config, pretrain=pretrain, distill=distill, overwrite=stale)
+    from utils.tiny.manifest import verify_pair_files
+
+    root = Path(root)
+    stamp = verify_pair_files(root)["build"]
+    fields = {field.name for field in dataclasses.fields(TinyPairConfig)}
+    config = TinyPairConfig(**{key: value for key, value in stamp.items() if key in fields})
+    pretrain = PretrainConfig(**stamp["pretrain"]) if "pretrain" in stamp else None
+    distill = DistillConfig(**stamp["distill"]) if "distill" in stamp else None
+    return TinyPair(root, config, pretrain=pretrain, distill=distill)

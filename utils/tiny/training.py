@@ -1,7 +1,8 @@
 """The optimisation loop and the quiet, single-threaded setting shared by the tiny target's and draft's training.
 
 Both trainings run AdamW (no weight decay) under a cosine learning-rate schedule, with gradients clipped to
-norm 1, on one torch thread, so that the same seed gives the same weights on any machine.
+norm 1, on one torch thread, so that the same seed gives the same weights on one machine whatever its core
+count (another CPU or kernel path rounds differently: see `utils.tiny.manifest`).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def train_steps(parameters: Iterable[torch.nn.Parameter], step_loss: Callable[[i
 
 @contextlib.contextmanager
 def quiet_single_thread():
-    """One torch thread (the same seed then gives the same weights on any machine), and no transformers chatter.
+    """One torch thread (the same seed then gives the same weights on this machine), and no transformers chatter.
 
     Hides transformers' loading bars and slow-kernel notes: the trainings show their own progress.
     """

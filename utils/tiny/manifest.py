@@ -1,0 +1,97 @@
+"""The manifest of a shipped tiny pair: its file hashes, how it was built, and how well it teaches.
+
+Float training is not bit-reproducible across CPUs (other SIMD paths round differently), so a pair trained
+on first use would differ from machine to machine, and so would every notebook output computed from it. The
+suite therefore ships its default pair as files and checks them against this manifest. Retraining with the
+same command gives a pair of the same quality, not the same bits.
+
+`manifest.json` holds:
+- `build`: the build stamp (`tiny-pair.json`): sizes, seed, pretraining and distillation options;
+- `command`: the command that rebuilds a pair of this kind;
+- `built_with`: the versions that trained it (for information: another version trains other bits);
+- `files`: the SHA-256 of every file below `target/` and `draft/`;
+- `held_out`: the figures of `measure_acceptance` on the held-out sample pages, per Markov computation.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from utils.files import sha256_file
+
+__all__ = ["MANIFEST", "HELD_OUT_MAX_NEW_TOKENS", "REBUILD_COMMAND", "pair_files", "write_manifest", "read_manifest",
+           "verify_pair_files"]
+
+MANIFEST = "manifest.json"
+HELD_OUT_MAX_NEW_TOKENS = 64  # answer budget per held-out (page, prompt) case
+REBUILD_COMMAND = "python -m utils.tiny --out DIR --pretrain --distill --manifest"
+_PARTS = ("target", "draft")
+_WALKS = {"top_k_scorer": 64, "dense_walk": 0}  # name -> markov_head_top_k
+
+
+def pair_files(root: Path | str) -> list[str]:
+    """The files of a pair below `target/` and `draft/`, as sorted POSIX paths relative to `root`."""
+    root = Path(root)
+    return sorted(path.relative_to(root).as_posix() for part in _PARTS
+                  for path in (root / part).rglob("*") if path.is_file())
+
+
+def _versions() -> dict:
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("torch", "transformers", "tokenizers")}
+
+
+def write_manifest(root: Path | str) -> dict:
+    """Measures a built pair on the held-out pages (both Markov computations) and writes `root/manifest.json`.
+
+    Args:
+        root: the pair's folder (`target/`, `draft/` and the build stamp `tiny-pair.json`).
+
+    Returns:
+        The manifest.
+    """
+    from tqdm.auto import tqdm
+
+    from utils.tiny.acceptance import measure_acceptance
+
+    root = Path(root)
+    stamp = json.loads((root / "tiny-pair.json").read_text())
+    held_out = {"num_assistant_tokens": stamp["block_size"], "max_new_tokens": HELD_OUT_MAX_NEW_TOKENS}
+    for name, top_k in tqdm(_WALKS.items(), desc="measuring on held-out pages"):
+        report = measure_acceptance(root / "target", root / "draft", markov_head_top_k=top_k,
+                                    max_new_tokens=HELD_OUT_MAX_NEW_TOKENS)
+        held_out[name] = report.as_dict()
+    manifest = {"build": stamp, "command": REBUILD_COMMAND, "built_with": _versions(),
+                "files": {name: sha256_file(root / name) for name in pair_files(root)}, "held_out": held_out}
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def read_manifest(root: Path | str) -> dict:
+    """The manifest of the pair in `root`; a clear error when there is none."""
+    path = Path(root) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: {root} is not a shipped pair (rebuild: {REBUILD_COMMAND})")
+    return json.loads(path.read_text())
+
+
+def verify_pair_files(root: Path | str) -> dict:
+    """Checks every file of the pair against the manifest's hashes and returns the manifest.
+
+    Raises:
+        ValueError: naming each file that is missing, unexpected or changed (a Git LFS pointer, a partial
+            checkout, a local retrain written over the shipped files).
+    """
+    root = Path(root)
+    manifest = read_manifest(root)
+    expected, present = manifest["files"], set(pair_files(root))
+    problems = [f"{name} is missing" for name in sorted(set(expected) - present)]
+    problems += [f"{name} is not in the manifest" for name in sorted(present - set(expected))]
+    problems += [f"{name} differs from the manifest (sha256)" for name in sorted(present & set(expected))
+                 if sha256_file(root / name) != expected[name]]
+    if problems:
+        raise ValueError(f"the tiny pair in {root} does not match its {MANIFEST}: " + "; ".join(problems)
+                         + f". Restore it with `git checkout -- {root}` or rebuild it with {REBUILD_COMMAND}")
+    return manifest
