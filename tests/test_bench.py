@@ -67,9 +67,20 @@ def test_summary_arithmetic():
     assert summary["tokens_per_step_histogram"] == [0, 1, 2, 1, 1]
 
 
-def test_first_configuration_must_be_the_baseline(tiny_ir):
+def test_first_configuration_must_be_the_baseline_and_repeats_positive(tiny_ir):
     with pytest.raises(ValueError, match="must be target only"):
         run_benchmark(tiny_ir[0], [BenchConfig(tiny_ir[1])], [])
+    with pytest.raises(ValueError, match="repeats=0"):
+        run_benchmark(tiny_ir[0], [BenchConfig(None)], [], repeats=0)
+
+
+def test_a_page_counts_the_median_of_its_repeats():
+    from utils.bench import _median_run
+
+    runs = [{"steps": [1], "tokens": 5, "decode_seconds": seconds, "stages": {"draft": seconds / 2}, "text": "t"}
+            for seconds in (3.0, 1.0, 2.0)]
+    assert _median_run(runs) == {"steps": [1], "tokens": 5, "decode_seconds": 2.0, "stages": {"draft": 1.0},
+                                 "text": "t"}
 
 
 @pytest.fixture(scope="module")
@@ -77,20 +88,21 @@ def results(tiny_ir):
     from utils.pages import sample_pages
 
     configs = [BenchConfig(None), BenchConfig(tiny_ir[1]), BenchConfig(tiny_ir[1], 0, 4)]
-    return run_benchmark(tiny_ir[0], configs, sample_pages()[:2], max_new_tokens=16, device="CPU", f32=True,
-                         progress=False)
+    return run_benchmark(tiny_ir[0], configs, sample_pages()[:2], max_new_tokens=16, repeats=2, device="CPU",
+                         precision="f32", progress=False)
 
 
 def test_results_schema_and_invariant(results):
     json.dumps(results, allow_nan=False)  # valid JSON: no NaN
-    assert results["schema_version"] == 1 and results["output_mismatches"] == []
+    assert results["schema_version"] == 2 and results["output_mismatches"] == []
+    assert results["repeats"] == 2 and results["precision"] == "f32" and results["inference_precision"] == "f32"
     names = [config["name"] for config in results["configurations"]]
     assert names == ["target only", "draft, Top-K scorer", "draft, dense walk, K=4"]
     keys = {"decode_tokens_per_s", "speedup", "mean_tokens_per_step", "tokens_per_step_histogram",
             "conditional_acceptance", "time_breakdown_s", "confidence", "generated_tokens", "pages"}
     for config in results["configurations"]:
         assert keys <= set(config)
-        assert config["pages"] == 2
+        assert config["pages"] == 2  # one median record per page, whatever the repeats
     baseline = results["configurations"][0]
     assert baseline["speedup"] == 1.0 and baseline["mean_tokens_per_step"] == 1.0
     assert results["configurations"][1]["generated_tokens"] == baseline["generated_tokens"]
@@ -106,6 +118,27 @@ def test_markdown_report_has_the_seed_table_shape(results):
 def test_command_line_writes_json(tiny_ir, tmp_path, capsys):
     out = tmp_path / "results.json"
     assert main(["--target", str(tiny_ir[0]), "--draft", str(tiny_ir[1]), "--pages", "1", "--max-new-tokens", "8",
-                 "--device", "CPU", "--f32", "--out", str(out)]) == 0
+                 "--device", "CPU", "--precision", "f32", "--repeats", "1", "--out", str(out)]) == 0
     assert "| (target alone) |" in capsys.readouterr().out
     assert len(json.loads(out.read_text())["configurations"]) == 2
+
+
+def test_every_plot_labels_its_axes_and_shows_a_legend_or_title(results):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from utils import plots
+
+    top_k = results["configurations"][1]
+    names = [config["name"] for config in results["configurations"][1:]]
+    axes = [plots.plot_tokens_per_step_histogram(top_k), plots.plot_conditional_acceptance(results),
+            plots.plot_sweep(results, "draft"), plots.plot_configurations(results, names, "formats"),
+            plots.plot_time_breakdown(results), plots.plot_reliability(top_k)]
+    for ax in axes:
+        assert ax.get_xlabel() or ax.get_xticklabels(), ax.get_title()
+        assert ax.get_ylabel() and ax.get_title()
+    acceptance = axes[1]
+    counts = [text.get_text() for text in acceptance.texts]
+    rows = [row for config in results["configurations"][1:] for row in config["conditional_acceptance"]
+            if row["rate"] is not None]
+    assert counts == [f"{row['accepted']}/{row['reached']}" for row in rows]

@@ -24,7 +24,6 @@ from utils.pages import sample_pages
 from utils.runtime.device import F32_PROPERTIES
 from utils.runtime.draft import DRAFT_MODEL, MARKOV_HEAD_MODEL, DraftModel, MarkovHead, read_d2t, read_draft_info
 from utils.runtime.language_model import LANGUAGE_MODEL_CONFIG
-from utils.runtime.metrics import StageTimer
 from utils.runtime.pipeline import SpeculativeOcrPipeline
 
 TARGET_LOGITS_ATOL = 0.5
@@ -129,7 +128,7 @@ def test_compressed_draft_passes_the_runtime_checks_and_stays_close(compressed, 
 
 
 def test_int8_target_runs_in_the_pipeline_close_to_fp32(compressed):
-    pipelines = {fmt: SpeculativeOcrPipeline(compressed[("target", fmt)], device="CPU", f32=True)
+    pipelines = {fmt: SpeculativeOcrPipeline(compressed[("target", fmt)], device="CPU", precision="f32")
                  for fmt in ("fp32", "int8")}
     description = json.loads((compressed[("target", "int8")] / LANGUAGE_MODEL_CONFIG).read_text())
     assert description["weight_format"] == "int8"
@@ -138,7 +137,7 @@ def test_int8_target_runs_in_the_pipeline_close_to_fp32(compressed):
         for fmt, pipeline in pipelines.items():
             pipeline.language_model.reset()
             logits[fmt], _ = pipeline.language_model.prefill(
-                pipeline._prompt_embeddings(page.image, "Text Recognition:", StageTimer()))
+                pipeline.prompt_embeddings(page.image, "Text Recognition:"))
         assert np.abs(logits["int8"] - logits["fp32"]).max() < TARGET_LOGITS_ATOL, page.name
         answers = {fmt: pipeline.generate(page.image, max_new_tokens=8).tokens for fmt, pipeline in pipelines.items()}
         assert answers["int8"][0] == answers["fp32"][0], page.name

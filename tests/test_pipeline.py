@@ -20,8 +20,8 @@ PAGES = sample_pages()
 @pytest.fixture(scope="module")
 def pipelines(tiny_ir):
     target, draft = tiny_ir
-    baseline = SpeculativeOcrPipeline(target, device="CPU", f32=True)
-    speculative = SpeculativeOcrPipeline(target, draft, device="CPU", f32=True)
+    baseline = SpeculativeOcrPipeline(target, device="CPU", precision="f32")
+    speculative = SpeculativeOcrPipeline(target, draft, device="CPU", precision="f32")
     return baseline, speculative
 
 
@@ -85,7 +85,7 @@ def test_partial_and_full_acceptance_equal_target_only(tiny_ir, answer, page, pr
                                                        num_assistant_tokens, max_new_tokens):
     expected = answer(page, prompt, max_new_tokens)
     oracle = OracleProposer(expected, seed=seed, error_rate=error_rate)
-    pipeline = SpeculativeOcrPipeline(tiny_ir[0], device="CPU", f32=True, proposer=oracle, block_size=8)
+    pipeline = SpeculativeOcrPipeline(tiny_ir[0], device="CPU", precision="f32", proposer=oracle, block_size=8)
     result = pipeline.generate(PAGES[page].image, PROMPTS[prompt], max_new_tokens=max_new_tokens,
                                num_assistant_tokens=num_assistant_tokens)
     assert tuple(result.tokens) == expected
@@ -135,7 +135,7 @@ def test_streamed_text_is_the_final_text(pipelines, answer):
 
 def test_confidence_threshold_keeps_the_output(tiny_ir, answer):
     expected = answer(4, 0, 48)
-    pipeline = SpeculativeOcrPipeline(tiny_ir[0], device="CPU", f32=True, block_size=8,
+    pipeline = SpeculativeOcrPipeline(tiny_ir[0], device="CPU", precision="f32", block_size=8,
                                       proposer=OracleProposer(expected, seed=3, error_rate=0.1))
     result = pipeline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=48, confidence_threshold=0.5)
     assert tuple(result.tokens) == expected
@@ -183,15 +183,46 @@ def test_command_line_prints_text_and_metrics_as_json(tiny_ir, tmp_path, capsys)
     assert main([str(tmp_path / "missing.png"), "--target", str(tiny_ir[0])]) == 2
 
 
+@pytest.mark.parametrize("page", [0, 7, "noise"])
+def test_command_line_at_f32_gives_the_target_only_tokens_and_says_its_precision(tiny_ir, tmp_path, capsys, page):
+    from PIL import Image
+
+    from utils.ocr import main
+
+    image = tmp_path / "page.png"
+    if page == "noise":  # not a document at all: the invariant does not care
+        pixels = np.random.default_rng(0).integers(0, 256, size=(90, 160, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(image)
+    else:
+        PAGES[page].image.save(image)
+    common = [str(image), "--target", str(tiny_ir[0]), "--max-new-tokens", "40", "--json", "--device", "CPU",
+              "--precision", "f32"]
+    printed = []
+    for draft in (str(tiny_ir[1]), "none"):
+        assert main(common + ["--draft", draft]) == 0
+        printed.append(json.loads(capsys.readouterr().out))
+    speculative, alone = printed
+    assert speculative["tokens"] == alone["tokens"] and speculative["text"] == alone["text"]
+    assert speculative["precision"] == alone["precision"] == "f32"
+    assert speculative["inference_precision"] == "f32"
+    with pytest.raises(SystemExit):  # argparse refuses a precision it does not offer
+        main(common[:-1] + ["bf17"])
+
+
+def test_unknown_precision_is_refused_with_the_choices(tiny_ir):
+    with pytest.raises(ValueError, match=r"precision='bf17'.*\['f32', 'default'\]"):
+        SpeculativeOcrPipeline(tiny_ir[0], device="CPU", precision="bf17")
+
+
 def test_int8_target_speculative_output_equals_its_target_only_output(tiny_ir, tmp_path):
     """INT8 weights change the text, but not the invariant (F32_PROPERTIES turns off dynamic quantization, which
     at real size made the verify and decode IRs round differently)."""
     from utils.export.compression import compress_folder
 
     int8 = compress_folder(tiny_ir[0], tmp_path / "target-int8", weight_format="int8")
-    baseline = SpeculativeOcrPipeline(int8, device="CPU", f32=True)
+    baseline = SpeculativeOcrPipeline(int8, device="CPU", precision="f32")
     expected = tuple(baseline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=40).tokens)
-    pipeline = SpeculativeOcrPipeline(int8, device="CPU", f32=True, block_size=8,
+    pipeline = SpeculativeOcrPipeline(int8, device="CPU", precision="f32", block_size=8,
                                       proposer=OracleProposer(expected, seed=1, error_rate=0.2))
     result = pipeline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=40)
     assert tuple(result.tokens) == expected

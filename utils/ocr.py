@@ -1,10 +1,13 @@
 """Command line: speculative OCR of one image on OpenVINO.
 
     python -m utils.ocr IMAGE [--target DIR] [--draft DIR|none] [--prompt TEXT] [--max-new-tokens N]
-                              [--num-assistant-tokens K] [--markov-head-top-k K] [--device D] [--json]
+                              [--num-assistant-tokens K] [--markov-head-top-k K] [--confidence-threshold P]
+                              [--device D] [--precision f32|default] [--json]
 
-With no --target it builds and exports the tiny pair into the suite's model cache once (`models/` at the
-repository root, or $DSPARK_OCR_MODELS) and reuses it afterwards.
+With no --target it exports the shipped tiny pair into the suite's model cache once (`models/` at the
+repository root, or $DSPARK_OCR_MODELS) and reuses it afterwards. `--precision f32` makes the output equal
+target-only decoding token for token; `default` runs the device's own precision (bf16 on CPUs that have it,
+f16 on GPUs), faster, where a near-tie between the target's top candidates may flip.
 """
 
 from __future__ import annotations
@@ -13,13 +16,15 @@ import argparse
 import json
 import sys
 
+from utils.runtime.device import PRECISIONS
+
 __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m utils.ocr", description="Speculative OCR on OpenVINO.")
     parser.add_argument("image", help="image file to read")
-    parser.add_argument("--target", help="target IR folder (default: the tiny pair, exported on first use)")
+    parser.add_argument("--target", help="target IR folder (default: the shipped tiny pair, exported on first use)")
     parser.add_argument("--draft", help="draft IR folder, or 'none' for target-only decoding "
                                         "(default: the tiny draft when --target is not given)")
     parser.add_argument("--prompt", default="Text Recognition:")
@@ -29,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="K of the Top-K candidate scorer; 0 = dense walk (default: min(64, draft vocab))")
     parser.add_argument("--confidence-threshold", type=float, default=0.0)
     parser.add_argument("--device", default=None, help="CPU, GPU or AUTO (default: GPU when present)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="default",
+                        help="f32: exact, equal to target-only output; default: the device's own (bf16/f16), faster")
     parser.add_argument("--json", action="store_true", help="print the text and metrics as one JSON object")
     return parser
 
@@ -49,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         target, draft = _model_folders(args)
-        pipeline = SpeculativeOcrPipeline(target, draft, device=args.device)
+        pipeline = SpeculativeOcrPipeline(target, draft, device=args.device, precision=args.precision)
         streamer = None if args.json else (lambda text: print(text, end="", flush=True))
         result = pipeline.generate(args.image, args.prompt, max_new_tokens=args.max_new_tokens,
                                    num_assistant_tokens=args.num_assistant_tokens,
@@ -61,11 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     metrics = result.metrics
     if args.json:
         print(json.dumps({"text": result.texts[0], "tokens": result.tokens, "device": pipeline.device,
+                          "precision": args.precision, "inference_precision": pipeline.inference_precision,
                           "draft": draft, "metrics": metrics.as_dict()}))
     else:
         print(f"\n\n{metrics.num_generated_tokens} tokens in {metrics.num_steps} steps "
               f"({metrics.mean_tokens_per_step:.2f} tokens/step), {metrics.decode_tokens_per_s:.1f} tokens/s "
-              f"decode, first token after {metrics.ttft * 1000:.0f} ms, on {pipeline.device}", file=sys.stderr)
+              f"decode, first token after {metrics.ttft * 1000:.0f} ms, on {pipeline.device} "
+              f"({pipeline.inference_precision or args.precision})", file=sys.stderr)
     return 0
 
 

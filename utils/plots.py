@@ -10,7 +10,7 @@ def _axes(ax, title: str):
     import matplotlib.pyplot as plt
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3.5))
+        _, ax = plt.subplots(figsize=(8, 4.5))
     ax.set_title(title)
     ax.grid(alpha=0.3)
     return ax
@@ -30,16 +30,21 @@ def plot_tokens_per_step_histogram(config: dict, ax=None):
     return ax
 
 
-def plot_conditional_acceptance(results: dict, ax=None):
-    """P(draft position k accepted | positions before it accepted), per configuration."""
-    ax = _axes(ax, "Acceptance by draft position")
-    for config in _drafted(results):
+def plot_conditional_acceptance(results: dict, configs: list[dict] | None = None, ax=None):
+    """P(draft position k accepted | positions before it accepted), per configuration, with the counts behind
+    each point (a rate from 3 reached positions says little)."""
+    ax = _axes(ax, "Acceptance by draft position (labels: accepted / reached)")
+    for config in configs or _drafted(results):
         rows = [row for row in config["conditional_acceptance"] if row["rate"] is not None]
-        ax.plot([row["position"] for row in rows], [row["rate"] for row in rows], marker="o", label=config["name"])
+        positions, rates = [row["position"] for row in rows], [row["rate"] for row in rows]
+        line, = ax.plot(positions, rates, marker="o", label=config["name"])
+        for row in rows:
+            ax.annotate(f"{row['accepted']}/{row['reached']}", (row["position"], row["rate"]), fontsize=8,
+                        textcoords="offset points", xytext=(0, 6), ha="center", color=line.get_color())
     ax.set_xlabel("draft position k")
-    ax.set_ylabel("acceptance | reached")
-    ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=7)
+    ax.set_ylabel("P(accepted | positions before accepted)")
+    ax.set_ylim(0, 1.15)
+    ax.legend(fontsize=8, loc="lower left")
     return ax
 
 
@@ -50,11 +55,16 @@ def plot_sweep(results: dict, draft_name: str, ax=None):
                    if config["draft"].endswith(draft_name) and config["markov_head_top_k"] != 0
                    and config["num_assistant_tokens"] is not None), key=lambda config: config["num_assistant_tokens"])
     sizes = [config["num_assistant_tokens"] for config in runs]
-    ax.plot(sizes, [config["mean_tokens_per_step"] for config in runs], marker="o", label="tokens per step")
-    ax.plot(sizes, [config["speedup"] for config in runs], marker="s", label="speedup vs target alone")
-    ax.axhline(1.0, color="gray", linewidth=0.8)
+    first = ax.plot(sizes, [config["mean_tokens_per_step"] for config in runs], marker="o", color="C0",
+                    label="tokens per step (left)")
     ax.set_xlabel("num_assistant_tokens")
-    ax.legend(fontsize=8)
+    ax.set_ylabel("tokens per step")
+    right = ax.twinx()
+    second = right.plot(sizes, [config["speedup"] for config in runs], marker="s", color="C1",
+                        label="speedup vs target alone (right)")
+    right.axhline(1.0, color="C1", linewidth=0.8, linestyle=":")
+    right.set_ylabel("speedup (x)")
+    ax.legend(first + second, [line.get_label() for line in first + second], fontsize=8, loc="upper left")
     return ax
 
 
@@ -65,10 +75,17 @@ def plot_configurations(results: dict, configs: list[str], title: str, ax=None):
     ax = _axes(ax, title)
     chosen = [config for config in results["configurations"] if config["name"] in configs]
     x = np.arange(len(chosen))
-    ax.bar(x - 0.2, [config["mean_tokens_per_step"] for config in chosen], 0.4, label="tokens per step")
-    ax.bar(x + 0.2, [config["speedup"] for config in chosen], 0.4, label="speedup")
-    ax.set_xticks(x, [config["name"] for config in chosen], rotation=15, fontsize=7)
-    ax.legend(fontsize=8)
+    bars = ax.bar(x - 0.2, [config["mean_tokens_per_step"] for config in chosen], 0.4, color="C0",
+                  label="tokens per step (left)")
+    ax.set_ylabel("tokens per step")
+    right = ax.twinx()
+    speed = right.bar(x + 0.2, [config["speedup"] for config in chosen], 0.4, color="C1",
+                      label="speedup vs target alone (right)")
+    right.axhline(1.0, color="C1", linewidth=0.8, linestyle=":")
+    right.set_ylabel("speedup (x)")
+    ax.set_xticks(x, [config["name"] for config in chosen], rotation=15, ha="right", fontsize=8)
+    ax.legend([bars, speed], [bars.get_label(), speed.get_label()], fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.12, 1.0))
     return ax
 
 
@@ -84,9 +101,9 @@ def plot_time_breakdown(results: dict, ax=None):
         values = np.array([1000 * c["time_breakdown_s"][stage] / c["generated_tokens"] for c in configs])
         ax.bar(range(len(configs)), values, bottom=bottom, label=stage)
         bottom += values
-    ax.set_xticks(range(len(configs)), [c["name"] for c in configs], rotation=15, fontsize=7)
-    ax.set_ylabel("ms per token")
-    ax.legend(fontsize=7)
+    ax.set_xticks(range(len(configs)), [c["name"] for c in configs], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("ms per generated token")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ["device_widget", "ocr_app"]
+from utils.runtime.pipeline import DEFAULT_PROMPT
+
+__all__ = ["device_widget", "precision_widget", "ocr_app"]
 
 
 def device_widget(default: str | None = None, *, extra: tuple[str, ...] = ("AUTO",)):
@@ -22,48 +24,113 @@ def device_widget(default: str | None = None, *, extra: tuple[str, ...] = ("AUTO
     return widgets.Dropdown(options=options, value=value, description="Device:")
 
 
-def ocr_app(baseline, speculative, pages, *, block_size: int, default_prompt: str = "Text Recognition:"):
-    """The interactive OCR panel of notebook 05: page picker, upload, prompt, knobs, run button, streamed text
-    and a metrics table comparing target-only and speculative decoding of the same page.
+def precision_widget(default: str = "f32"):
+    """A dropdown of the inference precisions (`utils.runtime.device.PRECISIONS`): f32, exact, or the device's
+    own (bf16 on CPUs that have it, f16 on GPUs), faster, where a near-tie may flip a token."""
+    import ipywidgets as widgets
+
+    options = [("f32 (exact)", "f32"), ("device default (bf16/f16)", "default")]
+    return widgets.Dropdown(options=options, value=default, description="Precision:")
+
+
+def ocr_app(target, draft, pages, *, device: str, default_prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 64):
+    """The interactive OCR panel of notebook 05.
+
+    Pick a sample page (previewed) or upload an image (a button clears it), set the prompt, precision, draft
+    tokens per step, Markov computation, confidence threshold and token budget, and press the button: the
+    page is read with the target alone and with the draft, and the panel shows the streamed text, both texts
+    side by side with an "identical" mark, the per-step view and the metrics. Bad input gets a message, not a
+    traceback, and the panel stays usable.
 
     Args:
-        baseline: a `SpeculativeOcrPipeline` without a draft.
-        speculative: one with the draft.
+        target: the target IR folder.
+        draft: the draft IR folder.
         pages: `utils.pages.sample_pages()`.
-        block_size: the draft's block size (the largest `num_assistant_tokens`).
+        device: the OpenVINO device.
     """
     import io
 
     import ipywidgets as widgets
-    from IPython.display import Markdown, display
-    from PIL import Image
+    from IPython.display import HTML, Markdown, display
 
     from utils.display import markdown_table
+    from utils.preprocessing.image_io import load_rgb_image
     from utils.runtime.compare import compare_runs, metrics_rows
+    from utils.runtime.pipeline import SpeculativeOcrPipeline
+    from utils.step_view import side_by_side_html, step_views, steps_html
 
+    pipelines = {}  # precision -> (baseline, speculative), compiled on first use
+
+    def pipelines_for(precision: str):
+        if precision not in pipelines:
+            pipelines[precision] = (SpeculativeOcrPipeline(target, device=device, precision=precision),
+                                    SpeculativeOcrPipeline(target, draft, device=device, precision=precision))
+        return pipelines[precision]
+
+    block_size = pipelines_for("f32")[1].block_size
     page = widgets.Dropdown(options=[(p.name, index) for index, p in enumerate(pages)], description="Page:")
     upload = widgets.FileUpload(accept="image/*", multiple=False, description="Upload")
+    clear = widgets.Button(description="Clear upload", disabled=True)
+    preview = widgets.Image(format="png", layout=widgets.Layout(max_width="420px"))
     prompt = widgets.Text(value=default_prompt, description="Prompt:")
+    precision = precision_widget()
     assistant = widgets.IntSlider(value=block_size, min=1, max=block_size, description="Draft tokens:")
     markov = widgets.ToggleButtons(options=[("Top-K scorer", None), ("dense walk", 0)], description="Markov head:")
+    threshold = widgets.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.05, description="Confidence ≥")
+    budget = widgets.BoundedIntText(value=max_new_tokens, min=1, max=4096, description="Max tokens:")
     run = widgets.Button(description="Read the page", button_style="primary")
-    text, table = widgets.Output(), widgets.Output()
+    text, result = widgets.Output(), widgets.Output()
 
     def chosen_image():
         if upload.value:
-            return Image.open(io.BytesIO(bytes(upload.value[0]["content"])))
+            return load_rgb_image(bytes(upload.value[0]["content"]))
         return pages[page.value].image
 
-    def on_run(_):
-        text.clear_output()
-        table.clear_output()
-        with text:
-            results = compare_runs(baseline, speculative, chosen_image(), prompt.value,
-                                   num_assistant_tokens=assistant.value, markov_head_top_k=markov.value,
-                                   streamer=lambda piece: print(piece, end="", flush=True))
-        with table:
-            display(Markdown(markdown_table(metrics_rows(results))))
+    def show_preview(_=None):
+        clear.disabled = not upload.value
+        try:
+            image = chosen_image()
+        except ValueError as error:
+            preview.value = b""
+            with result:
+                result.clear_output()
+                print(f"error: {error}")
+            return
+        buffer = io.BytesIO()
+        image.convert("RGB").save(buffer, format="PNG")
+        preview.value = buffer.getvalue()
 
+    def on_clear(_):
+        upload.value = ()
+        show_preview()
+
+    def on_run(_):
+        run.disabled, run.description = True, "Reading..."
+        text.clear_output()
+        result.clear_output()
+        try:
+            baseline, speculative = pipelines_for(precision.value)
+            with text:
+                runs = compare_runs(baseline, speculative, chosen_image(), prompt.value,
+                                    max_new_tokens=budget.value, num_assistant_tokens=assistant.value,
+                                    markov_head_top_k=markov.value, confidence_threshold=threshold.value,
+                                    streamer=lambda piece: print(piece, end="", flush=True))
+            drafted, alone = runs["speculative"], runs["target only"]
+            with result:
+                display(HTML(side_by_side_html(drafted.texts[0], alone.texts[0])))
+                display(HTML(steps_html(step_views(drafted.metrics.steps, speculative.token_text))))
+                display(Markdown(markdown_table(metrics_rows(runs))))
+        except ValueError as error:
+            with result:
+                print(f"error: {error}")
+        finally:
+            run.disabled, run.description = False, "Read the page"
+
+    page.observe(show_preview, names="value")
+    upload.observe(show_preview, names="value")
+    clear.on_click(on_clear)
     run.on_click(on_run)
-    controls = widgets.VBox([widgets.HBox([page, upload]), prompt, assistant, markov, run])
-    return widgets.VBox([controls, text, table])
+    show_preview()
+    controls = widgets.VBox([widgets.HBox([page, upload, clear]), prompt, precision, assistant, markov, threshold,
+                             budget, run])
+    return widgets.VBox([widgets.HBox([controls, preview]), text, result])

@@ -147,7 +147,7 @@ def draft_agreement(target: Path | str, drafts: Mapping[str, Path | str], pages:
     info = reference.model.info
     proposer = _ComparingProposer(reference, loaded, TextEmbeddings(target, device, properties=F32_PROPERTIES),
                                   mask_token_id=info.mask_token_id, block_size=info.block_size)
-    pipeline = SpeculativeOcrPipeline(target, device=device, f32=True, proposer=proposer,
+    pipeline = SpeculativeOcrPipeline(target, device=device, precision="f32", proposer=proposer,
                                       block_size=info.block_size)
     for page in pages:
         pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens)
@@ -158,7 +158,7 @@ def draft_agreement(target: Path | str, drafts: Mapping[str, Path | str], pages:
 
 def _greedy_tokens(target: Path | str, pages: Sequence, *, prompt: str, max_new_tokens: int, device: str
                    ) -> list[list[int]]:
-    pipeline = SpeculativeOcrPipeline(target, device=device, f32=True)
+    pipeline = SpeculativeOcrPipeline(target, device=device, precision="f32")
     return [pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens).tokens for page in pages]
 
 
@@ -205,7 +205,7 @@ def tokens_per_step(target: Path | str, drafts: Mapping[str, Path | str], pages:
     """
     result = {}
     for fmt, folder in drafts.items():
-        pipeline = SpeculativeOcrPipeline(target, folder, device=device, f32=True)
+        pipeline = SpeculativeOcrPipeline(target, folder, device=device, precision="f32")
         steps = [step for page in pages
                  for step in pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens).metrics.steps]
         result[fmt] = mean_tokens_per_step(steps)

@@ -144,6 +144,18 @@ class LanguageModelSession:
         """Decoder layers whose outputs make the returned hidden states, in order."""
         return list(self.config["hidden_layer_ids"])
 
+    @property
+    def linear_attention_layers(self) -> list[int]:
+        """Decoder layers with Gated DeltaNet (linear) attention, whose recurrent state `accept` rebuilds."""
+        return list(self._linear_layers)
+
+    def recurrent_state(self, layer: int) -> np.ndarray:
+        """A copy of the committed recurrent state [1, Hv, dk, dv] of linear-attention layer `layer`."""
+        name = f"past_recurrent_state.{layer}"
+        if name not in self._linear_state:
+            raise ValueError(f"layer {layer} has no linear attention; linear layers: {self._linear_layers}")
+        return self._linear_state[name].copy()
+
     def reset(self) -> None:
         """Forgets the text: past length 0, zero linear-attention states, nothing pending."""
         self._past_length = 0

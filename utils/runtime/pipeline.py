@@ -21,7 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from utils.runtime.device import compile_properties, resolve_device
+from utils.runtime.device import compile_properties, inference_precision, resolve_device
 from utils.runtime.metrics import GenerationMetrics, OcrResult, StageTimer
 from utils.verification import StepRecord, accepted_prefix_length, emitted_tokens
 
@@ -92,12 +92,13 @@ class SpeculativeOcrPipeline:
         proposer: a stand-in for the draft (tests, engine benchmarks); excludes `draft`.
         block_size: the largest `num_assistant_tokens` a `proposer` serves (a draft brings its own).
         device: `CPU`, `GPU`, `AUTO` or None (GPU when an Intel GPU is present).
-        f32: f32 inference precision (exact parity with PyTorch; CPUs may default to bf16).
+        precision: "f32" (exact: the output equals target-only decoding token for token) or "default" (the
+            device's own precision, bf16 on this CPU, f16 on a GPU: faster, and a near-tie may flip).
         cache_dir: compiled-kernel cache for GPU/AUTO.
     """
 
     def __init__(self, target: Path | str, draft: Path | str | None = None, *, device: str | None = None,
-                 f32: bool = False, cache_dir: Path | str | None = None, proposer: Proposer | None = None,
+                 precision: str = "default", cache_dir: Path | str | None = None, proposer: Proposer | None = None,
                  block_size: int | None = None):
         import openvino_genai as ov_genai
 
@@ -107,13 +108,15 @@ class SpeculativeOcrPipeline:
 
         self.target_folder = Path(target)
         self.device = resolve_device(device)
-        properties = compile_properties(self.device, f32=f32, cache_dir=cache_dir)
+        properties = compile_properties(self.device, precision=precision, cache_dir=cache_dir)
         self.preprocess = ImagePreprocessor.from_pretrained(self.target_folder)
         self.build_prompt = ChatPromptBuilder.from_pretrained(self.target_folder)
         self.tokenizer = ov_genai.Tokenizer(str(self.target_folder))
         self.vision = VisionEncoder(self.target_folder, self.device, properties=properties)
         self.embed = TextEmbeddings(self.target_folder, self.device, properties=properties)
         self.language_model = LanguageModelSession(self.target_folder, device=self.device, properties=properties)
+        self.precision = precision
+        self.inference_precision = inference_precision(self.vision.compiled)  # what the device really runs
         config = json.loads((self.target_folder / "config.json").read_text())
         self.image_token_id = int(config["image_token_id"])
         self.eos_token_ids = _eos_token_ids(self.target_folder)
@@ -140,7 +143,15 @@ class SpeculativeOcrPipeline:
                              f"{self.target_folder} was exported for layers {self.language_model.hidden_layer_ids}")
         self.block_size = info.block_size
 
-    def _prompt_embeddings(self, image, prompt: str, timer: StageTimer) -> np.ndarray:
+    def prompt_embeddings(self, image, prompt: str = DEFAULT_PROMPT, timer: StageTimer | None = None) -> np.ndarray:
+        """The prompt's embeddings [T, H] with the page's image features scattered in: what prefill reads.
+
+        Args:
+            image: a path, bytes or PIL image.
+            prompt: the instruction after the image.
+            timer: records the time under "vision" (a fresh one by default).
+        """
+        timer = timer or StageTimer()
         if not prompt or not prompt.strip():
             raise ValueError("prompt is empty: say what to read, e.g. 'Text Recognition:'")
         with timer.stage("vision"):
@@ -174,7 +185,7 @@ class SpeculativeOcrPipeline:
         self.language_model.reset()
         if self.proposer is not None:
             self.proposer.reset()
-        embeds = self._prompt_embeddings(image, prompt, timer)
+        embeds = self.prompt_embeddings(image, prompt, timer)
         with timer.stage("prefill"):
             logits, new_context = self.language_model.prefill(embeds)
         tokens = [int(np.argmax(logits))]
@@ -239,6 +250,10 @@ class SpeculativeOcrPipeline:
 
     def _detokenize(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def token_text(self, tokens: list[int]) -> str:
+        """The text of `tokens` with special tokens written out (`<|im_end|>`), for per-token views."""
+        return self.tokenizer.decode(tokens, skip_special_tokens=False)
 
     def _openvino_seconds(self) -> float:
         """Seconds inside OpenVINO inference calls so far, over every model of the pipeline."""

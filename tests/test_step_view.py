@@ -1,0 +1,42 @@
+"""The per-step view: which drafts were accepted, rejected or never verified, and the bonus token."""
+
+from __future__ import annotations
+
+from utils.step_view import side_by_side_html, step_views, steps_html
+from utils.verification import StepRecord
+
+
+def _text(tokens):
+    return "".join(chr(ord("a") + token) for token in tokens)
+
+
+def test_each_draft_is_accepted_first_rejected_or_not_verified_and_the_bonus_follows():
+    steps = [
+        StepRecord(drafted=(), emitted=(0,)),  # prefill: the first token, nothing drafted
+        StepRecord(drafted=(1, 2, 3, 4), emitted=(1, 2, 7), confidences=(0.9, 0.8, 0.4, 0.3)),
+        StepRecord(drafted=(5, 6), emitted=(5, 6, 8), confidences=(0.9, 0.7)),  # all accepted
+        StepRecord(drafted=(9, 10, 11), emitted=(9,), confidences=(0.6, 0.5, 0.2)),  # EOS (9) cut the step
+    ]
+    views = step_views(steps, _text)
+    assert views[0].drafts == () and views[0].bonus.text == "a"
+    assert [t.status for t in views[1].drafts] == ["accepted", "accepted", "rejected", "not verified"]
+    assert views[1].bonus.text == "h" and views[1].accepted == 2
+    assert [t.confidence for t in views[1].drafts] == [0.9, 0.8, 0.4, 0.3]
+    assert [t.status for t in views[2].drafts] == ["accepted", "accepted"] and views[2].bonus.text == "i"
+    assert [t.status for t in views[3].drafts] == ["accepted", "not verified", "not verified"]
+    assert views[3].bonus is None
+    # every emitted token is shown once: the accepted drafts, then the bonus
+    assert [view.accepted + (view.bonus is not None) for view in views] == [len(step.emitted) for step in steps]
+
+
+def test_html_shows_every_step_and_escapes_text():
+    views = step_views([StepRecord(drafted=(1,), emitted=(2,), confidences=(0.25,))], lambda ids: "<b>\n")
+    page = steps_html(views)
+    assert page.count("<tr>") == 2 and "0 of 1" in page and "0.25" in page
+    assert "&lt;b&gt;&#8629;" in page and "<b>\n" not in page
+
+
+def test_side_by_side_marks_identical_and_where_texts_differ():
+    assert "identical" in side_by_side_html("same", "same")
+    different = side_by_side_html("abcX", "abcY")
+    assert "different from character 3" in different and "identical" not in different
