@@ -15,7 +15,15 @@ def _controls(app):
     return {"page": controls.children[0].children[0], "upload": controls.children[0].children[1],
             "clear": controls.children[0].children[2], "prompt": controls.children[1],
             "precision": controls.children[2], "budget": controls.children[6], "run": controls.children[7],
-            "preview": preview}
+            "preview": preview, "text": app.children[1], "result": app.children[2]}
+
+
+def _printed(output) -> str:
+    return "".join(item.get("text", "") for item in output.outputs)
+
+
+def _shown(output) -> str:
+    return "".join(item.get("data", {}).get("text/html", "") for item in output.outputs)
 
 
 @pytest.fixture
@@ -33,28 +41,34 @@ def test_precision_widget_offers_exact_f32_first():
     assert widget.value == "f32" and [value for _, value in widget.options] == ["f32", "default"]
 
 
-def test_panel_previews_the_page_reads_it_and_is_usable_again(app, capsys):
+def test_panel_previews_the_page_reads_it_and_is_usable_again(app, tiny_ir):
+    from utils.runtime.pipeline import SpeculativeOcrPipeline
+
     controls = _controls(app)
     assert bytes(controls["preview"].value).startswith(b"\x89PNG")
     first = controls["preview"].value
     controls["page"].value = 1
     assert controls["preview"].value != first
     controls["run"].click()
-    out = capsys.readouterr().out
-    assert "error" not in out
+    expected = SpeculativeOcrPipeline(tiny_ir[0], device="CPU", precision="f32").generate(
+        sample_pages()[1].image, max_new_tokens=8)
+    assert _printed(controls["text"]) == expected.texts[0]  # streamed piece by piece
+    assert "identical" in _shown(controls["result"]) and "dspark-steps" in _shown(controls["result"])
+    assert "error" not in _printed(controls["result"])
     assert controls["run"].description == "Read the page" and not controls["run"].disabled
 
 
-def test_bad_upload_and_empty_prompt_give_messages_and_clear_restores_the_page(app, capsys):
+def test_bad_upload_and_empty_prompt_give_messages_and_clear_restores_the_page(app):
     controls = _controls(app)
     _upload(controls["upload"], b"this is not an image")
+    assert "not an image" in _printed(controls["result"])
     controls["run"].click()
-    assert "error:" in capsys.readouterr().out
+    assert "error: " in _printed(controls["result"]) and "not an image" in _printed(controls["result"])
     assert not controls["clear"].disabled
     controls["clear"].click()
     assert controls["upload"].value == () and controls["clear"].disabled
     assert bytes(controls["preview"].value).startswith(b"\x89PNG")
     controls["prompt"].value = "  "
     controls["run"].click()
-    assert "prompt is empty" in capsys.readouterr().out
+    assert "prompt is empty" in _printed(controls["result"])
     assert not controls["run"].disabled

@@ -92,7 +92,7 @@ def steps_html(views: Sequence[StepView]) -> str:
         f"<td>{view.accepted} of {len(view.drafts)}</td></tr>"
         for view in views)
     return (f"<div>{legend} &nbsp; small numbers: the confidence head's predicted acceptance</div>"
-            f"<table><tr><th>step</th><th style='text-align:left'>drafted tokens</th>"
+            f"<table class='dspark-steps'><tr><th>step</th><th style='text-align:left'>drafted tokens</th>"
             f"<th style='text-align:left'>bonus</th><th>accepted</th></tr>{rows}</table>")
 
 
@@ -104,7 +104,7 @@ def side_by_side_html(speculative: str, target_only: str) -> str:
         first = next((i for i, (a, b) in enumerate(zip(speculative, target_only)) if a != b),
                      min(len(speculative), len(target_only)))
         verdict = f"<b style='color:#c62828'>different from character {first} on &#10007;</b>"
-    cell = "<td style='vertical-align:top;text-align:left'><pre style='white-space:pre-wrap'>{}</pre></td>"
-    return (f"<div>Speculative vs target only: {verdict}</div><table><tr><th>speculative</th>"
-            f"<th>target only</th></tr><tr>{cell.format(html.escape(speculative))}"
-            f"{cell.format(html.escape(target_only))}</tr></table>")
+    cell = "<td style='vertical-align:top;text-align:left'><pre class='{}' style='white-space:pre-wrap'>{}</pre></td>"
+    return (f"<div class='dspark-verdict'>Speculative vs target only: {verdict}</div><table><tr><th>speculative</th>"
+            f"<th>target only</th></tr><tr>{cell.format('dspark-speculative', html.escape(speculative))}"
+            f"{cell.format('dspark-target-only', html.escape(target_only))}</tr></table>")

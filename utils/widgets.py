@@ -33,25 +33,27 @@ def precision_widget(default: str = "f32"):
     return widgets.Dropdown(options=options, value=default, description="Precision:")
 
 
-def ocr_app(target, draft, pages, *, device: str, default_prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 64):
-    """The interactive OCR panel of notebook 05.
+def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: str = DEFAULT_PROMPT,
+            max_new_tokens: int = 64):
+    """The interactive OCR panel of notebook 05 and of the Voila app (`app/speculative-ocr.ipynb`).
 
     Pick a sample page (previewed) or upload an image (a button clears it), set the prompt, precision, draft
     tokens per step, Markov computation, confidence threshold and token budget, and press the button: the
     page is read with the target alone and with the draft, and the panel shows the streamed text, both texts
     side by side with an "identical" mark, the per-step view and the metrics. Bad input gets a message, not a
-    traceback, and the panel stays usable.
+    traceback, and the panel stays usable. Every control carries a `dspark-*` CSS class, so a browser test
+    can find it.
 
     Args:
         target: the target IR folder.
         draft: the draft IR folder.
         pages: `utils.pages.sample_pages()`.
-        device: the OpenVINO device.
+        device: the OpenVINO device; None adds a device dropdown to the panel.
     """
     import io
 
     import ipywidgets as widgets
-    from IPython.display import HTML, Markdown, display
+    from IPython.display import HTML, Markdown
 
     from utils.display import markdown_table
     from utils.preprocessing.image_io import load_rgb_image
@@ -59,24 +61,27 @@ def ocr_app(target, draft, pages, *, device: str, default_prompt: str = DEFAULT_
     from utils.runtime.pipeline import SpeculativeOcrPipeline
     from utils.step_view import side_by_side_html, step_views, steps_html
 
-    pipelines = {}  # precision -> (baseline, speculative), compiled on first use
+    pipelines = {}  # (device, precision) -> (baseline, speculative), compiled on first use
 
-    def pipelines_for(precision: str):
-        if precision not in pipelines:
-            pipelines[precision] = (SpeculativeOcrPipeline(target, device=device, precision=precision),
-                                    SpeculativeOcrPipeline(target, draft, device=device, precision=precision))
-        return pipelines[precision]
+    def pipelines_for(device_name: str, precision_name: str):
+        key = (device_name, precision_name)
+        if key not in pipelines:
+            pipelines[key] = (SpeculativeOcrPipeline(target, device=device_name, precision=precision_name),
+                              SpeculativeOcrPipeline(target, draft, device=device_name, precision=precision_name))
+        return pipelines[key]
 
-    block_size = pipelines_for("f32")[1].block_size
+    devices = device_widget() if device is None else None
+    block_size = pipelines_for(device or devices.value, "f32")[1].block_size
     page = widgets.Dropdown(options=[(p.name, index) for index, p in enumerate(pages)], description="Page:")
     upload = widgets.FileUpload(accept="image/*", multiple=False, description="Upload")
     clear = widgets.Button(description="Clear upload", disabled=True)
     preview = widgets.Image(format="png", layout=widgets.Layout(max_width="420px"))
     prompt = widgets.Text(value=default_prompt, description="Prompt:")
     precision = precision_widget()
-    assistant = widgets.IntSlider(value=block_size, min=1, max=block_size, description="Draft tokens:")
+    wide = {"description_width": "initial"}
+    assistant = widgets.IntSlider(value=block_size, min=1, max=block_size, description="Draft tokens:", style=wide)
     markov = widgets.ToggleButtons(options=[("Top-K scorer", None), ("dense walk", 0)], description="Markov head:")
-    threshold = widgets.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.05, description="Confidence ≥")
+    threshold = widgets.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.05, description="Confidence ≥", style=wide)
     budget = widgets.BoundedIntText(value=max_new_tokens, min=1, max=4096, description="Max tokens:")
     run = widgets.Button(description="Read the page", button_style="primary")
     text, result = widgets.Output(), widgets.Output()
@@ -92,9 +97,8 @@ def ocr_app(target, draft, pages, *, device: str, default_prompt: str = DEFAULT_
             image = chosen_image()
         except ValueError as error:
             preview.value = b""
-            with result:
-                result.clear_output()
-                print(f"error: {error}")
+            result.outputs = ()
+            result.append_stdout(f"error: {error}\n")
             return
         buffer = io.BytesIO()
         image.convert("RGB").save(buffer, format="PNG")
@@ -105,32 +109,37 @@ def ocr_app(target, draft, pages, *, device: str, default_prompt: str = DEFAULT_
         show_preview()
 
     def on_run(_):
+        # Outputs are appended, not captured with `with output:`, which would show an error as a traceback.
         run.disabled, run.description = True, "Reading..."
-        text.clear_output()
-        result.clear_output()
+        text.outputs, result.outputs = (), ()
         try:
-            baseline, speculative = pipelines_for(precision.value)
-            with text:
-                runs = compare_runs(baseline, speculative, chosen_image(), prompt.value,
-                                    max_new_tokens=budget.value, num_assistant_tokens=assistant.value,
-                                    markov_head_top_k=markov.value, confidence_threshold=threshold.value,
-                                    streamer=lambda piece: print(piece, end="", flush=True))
-            drafted, alone = runs["speculative"], runs["target only"]
-            with result:
-                display(HTML(side_by_side_html(drafted.texts[0], alone.texts[0])))
-                display(HTML(steps_html(step_views(drafted.metrics.steps, speculative.token_text))))
-                display(Markdown(markdown_table(metrics_rows(runs))))
+            baseline, speculative = pipelines_for(device or devices.value, precision.value)
+            runs = compare_runs(baseline, speculative, chosen_image(), prompt.value, max_new_tokens=budget.value,
+                                num_assistant_tokens=assistant.value, markov_head_top_k=markov.value,
+                                confidence_threshold=threshold.value, streamer=text.append_stdout)
         except ValueError as error:
-            with result:
-                print(f"error: {error}")
+            result.append_stdout(f"error: {error}\n")
+        else:
+            drafted, alone = runs["speculative"], runs["target only"]
+            result.append_display_data(HTML(side_by_side_html(drafted.texts[0], alone.texts[0])))
+            result.append_display_data(HTML(steps_html(step_views(drafted.metrics.steps, speculative.token_text))))
+            result.append_display_data(Markdown(markdown_table(metrics_rows(runs))))
         finally:
             run.disabled, run.description = False, "Read the page"
 
+    named = {"page": page, "upload": upload, "clear": clear, "preview": preview, "prompt": prompt,
+             "precision": precision, "assistant": assistant, "markov": markov, "threshold": threshold,
+             "budget": budget, "run": run, "text": text, "result": result}
+    for name, widget in named.items():
+        widget.add_class(f"dspark-{name}")
     page.observe(show_preview, names="value")
     upload.observe(show_preview, names="value")
     clear.on_click(on_clear)
     run.on_click(on_run)
     show_preview()
-    controls = widgets.VBox([widgets.HBox([page, upload, clear]), prompt, precision, assistant, markov, threshold,
-                             budget, run])
+    settings = [prompt, precision, assistant, markov, threshold, budget, run]
+    if devices is not None:
+        devices.add_class("dspark-device")
+        settings.insert(1, devices)
+    controls = widgets.VBox([widgets.HBox([page, upload, clear]), *settings])
     return widgets.VBox([widgets.HBox([controls, preview]), text, result])

@@ -1,0 +1,183 @@
+"""The Voila app in a real browser: Debian's headless Chromium, driven by selenium through chromedriver.
+
+The server runs on 127.0.0.1 on a free port; nothing is downloaded (selenium is given both binaries, so it
+never looks for a driver of its own). Skipped where Chromium, chromedriver or Voila are missing; `.ci/run`
+installs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from utils.models import REPO_ROOT, default_ir_pair
+from utils.pages import sample_pages
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+APP = REPO_ROOT / "app" / "speculative-ocr.ipynb"
+PAGE = "letter"
+MAX_NEW_TOKENS = 64  # the app's default budget
+START_TIMEOUT, RUN_TIMEOUT = 120, 120  # seconds
+
+pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER and shutil.which("voila")),
+                                reason="needs Debian's chromium and chromium-driver, and voila")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_for_port(port: int, process: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"voila exited with code {process.returncode}")
+        with socket.socket() as client:
+            if client.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"voila did not listen on port {port} within {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """Voila serving the app; stops it and every process it started (kernels included) afterwards."""
+    import psutil
+
+    default_ir_pair()  # export once, here, so the app and the command line read the same folders
+    port = _free_port()
+    log = (tmp_path_factory.mktemp("voila") / "voila.log").open("w")
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-m", "voila", str(APP), f"--port={port}", "--no-browser",
+                                "--Voila.ip=127.0.0.1"], stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    try:
+        _wait_for_port(port, process, START_TIMEOUT)
+        yield {"url": f"http://127.0.0.1:{port}/", "started": started}
+    finally:
+        children = psutil.Process(process.pid).children(recursive=True) if process.poll() is None else []
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        _, alive = psutil.wait_procs(children, timeout=20)
+        for leftover in alive:
+            leftover.kill()
+        log.close()
+        assert not alive, f"processes left behind by voila: {alive}"
+
+
+@pytest.fixture
+def browser(server):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1800"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _open_app(driver, url: str):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(url)
+    return WebDriverWait(driver, START_TIMEOUT).until(lambda d: d.find_element(By.CSS_SELECTOR, ".dspark-run"))
+
+
+def _result_text(driver) -> str:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.CSS_SELECTOR, ".dspark-result").text
+
+
+def _wait(driver, condition, timeout: float = RUN_TIMEOUT):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(condition)
+
+
+def _command_line(image: Path) -> dict:
+    completed = subprocess.run([sys.executable, "-m", "utils.ocr", str(image), "--json", "--precision", "f32",
+                                "--device", "CPU", "--max-new-tokens", str(MAX_NEW_TOKENS)],
+                               capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    return json.loads(completed.stdout)
+
+
+def test_app_reads_a_sample_page_exactly_like_the_command_line(server, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    run = _open_app(browser, server["url"])
+    Select(browser.find_element(By.CSS_SELECTOR, ".dspark-page select")).select_by_visible_text(PAGE)
+    run.click()
+    speculative = _wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, "pre.dspark-speculative"))
+    first_text = time.monotonic() - server["started"]
+    browser.save_screenshot(str(tmp_path / "app.png"))
+
+    image = tmp_path / f"{PAGE}.png"
+    next(page for page in sample_pages() if page.name == PAGE).image.save(image)
+    expected = _command_line(image)
+    assert speculative.get_attribute("textContent") == expected["text"]
+    assert "identical" in browser.find_element(By.CSS_SELECTOR, ".dspark-verdict").text
+    step_rows = browser.find_elements(By.CSS_SELECTOR, "table.dspark-steps tr")[1:]  # after the header
+    assert len(step_rows) == expected["metrics"]["num_steps"]
+    assert (tmp_path / "app.png").stat().st_size > 10_000
+    print(f"\nfrom server start to first text: {first_text:.1f} s; screenshot: {tmp_path / 'app.png'}")
+
+
+def test_bad_input_gets_a_message_and_the_app_keeps_working(server, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    run = _open_app(browser, server["url"])
+    # The upload button opens the system file dialog through a detached <input type=file>; attach it to the
+    # page instead, so that the browser can "choose" a file as a person would in that dialog.
+    browser.execute_script("""
+        const click = HTMLInputElement.prototype.click;
+        HTMLInputElement.prototype.click = function () {
+          if (this.type !== 'file') { return click.call(this); }
+          this.classList.add('dspark-file-chooser');
+          document.body.appendChild(this);
+        };""")
+    not_an_image = tmp_path / "page.png"
+    not_an_image.write_bytes(b"this is not an image")
+    browser.find_element(By.CSS_SELECTOR, ".dspark-upload").click()
+    _wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, "input.dspark-file-chooser")).send_keys(str(not_an_image))
+    _wait(browser, lambda d: "not an image" in _result_text(d))
+    run.click()
+    _wait(browser, lambda d: not d.find_element(By.CSS_SELECTOR, ".dspark-run").get_property("disabled")
+          and "error:" in _result_text(d))
+    browser.find_element(By.CSS_SELECTOR, ".dspark-clear").click()
+
+    prompt = browser.find_element(By.CSS_SELECTOR, ".dspark-prompt input")
+    prompt.clear()
+    prompt.send_keys(" ")
+    run.click()
+    _wait(browser, lambda d: "prompt is empty" in _result_text(d))
+    tracebacks = browser.find_elements(By.CSS_SELECTOR, "[data-mime-type='application/vnd.jupyter.stderr']")
+    assert not tracebacks, [element.text for element in tracebacks]
+
+    prompt.clear()
+    prompt.send_keys("Text Recognition:")
+    run.click()
+    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "pre.dspark-speculative"))
+    assert "error" not in _result_text(browser)
