@@ -154,3 +154,55 @@ def test_draft_for_another_target_is_rejected(tiny_pair, target, message):
     checkpoint = load_draft_checkpoint(tiny_pair.draft)
     with pytest.raises(DraftValidationError, match=message):
         check_draft_fits_target(checkpoint, target)
+
+
+def test_fields_a_published_config_leaves_out_are_read_from_the_tensors(tiny_pair, draft_copy):
+    def drop_inferable(config):
+        for part in (config, config["dflash_config"]):
+            for name in ("head_dim", "enable_confidence_head", "confidence_head_with_markov"):
+                part.pop(name, None)
+
+    _edit_config(draft_copy, drop_inferable)
+    loaded, original = load_draft_checkpoint(draft_copy), load_draft_checkpoint(tiny_pair.draft)
+    assert loaded.config.defaulted == {"head_dim", "enable_confidence_head", "confidence_head_with_markov"}
+    assert loaded.config == original.config  # head_dim and both flags recovered
+    assert loaded.config.enable_confidence_head and loaded.config.confidence_head_with_markov
+
+
+def test_head_dim_comes_from_the_q_norm_weight_when_config_json_omits_it(tiny_pair):
+    from utils.draft.checkpoint import _complete_from_tensors
+
+    raw = json.loads((tiny_pair.draft / "config.json").read_text())
+    raw.pop("head_dim")
+    config = DSparkConfig.from_dict(raw)
+    assert config.head_dim == config.hidden_size // config.num_attention_heads  # the guess config.json alone allows
+    wider = _complete_from_tensors(config, {"layers.0.self_attn.q_norm.weight": np.ones(2 * config.head_dim)})
+    assert wider.head_dim == 2 * config.head_dim  # as the real draft: 256, not hidden / heads = 128
+
+
+def test_tensors_real_loaders_skip_are_skipped(tiny_pair, draft_copy):
+    def add_extras(tensors):
+        tensors["t2d"] = np.zeros(8, dtype=np.bool_)
+        tensors["mask_embedding"] = np.zeros((1, 64), dtype=np.float32)
+
+    _edit_tensors(draft_copy, add_extras)
+    checkpoint = load_draft_checkpoint(draft_copy)
+    assert not {"t2d", "mask_embedding"} & set(checkpoint.tensors)
+    assert checkpoint.target_ids.tolist() == load_draft_checkpoint(tiny_pair.draft).target_ids.tolist()
+
+
+@pytest.mark.parametrize("shape", ["object with a list", "object of indices"])
+def test_local_to_target_may_come_in_other_json_shapes(tiny_pair, draft_copy, shape):
+    ids = json.loads((draft_copy / LOCAL_TO_TARGET).read_text())
+    other = {"local_to_target": ids} if shape == "object with a list" else {str(i): v for i, v in enumerate(ids)}
+    (draft_copy / LOCAL_TO_TARGET).write_text(json.dumps(other))
+    assert load_draft_checkpoint(draft_copy).target_ids.tolist() == ids
+
+
+@pytest.mark.parametrize("content, message", [
+    ('"not ids"', "expected a list of target ids"), ('{"0": 5, "2": 7}', "not the draft ids"), ("[1, 2", "not valid JSON"),
+])
+def test_local_to_target_in_an_unknown_shape_is_named(draft_copy, content, message):
+    (draft_copy / LOCAL_TO_TARGET).write_text(content)
+    with pytest.raises(DraftValidationError, match=message):
+        load_draft_checkpoint(draft_copy)

@@ -209,6 +209,41 @@ def test_command_line_at_f32_gives_the_target_only_tokens_and_says_its_precision
         main(common[:-1] + ["bf17"])
 
 
+def test_stop_set_reads_every_eos_field_and_the_end_of_turn_token(tiny_pair, tmp_path):
+    import shutil
+
+    from utils.runtime.pipeline import _eos_token_ids
+
+    folder = tmp_path / "target"
+    shutil.copytree(tiny_pair.target, folder)
+    im_end = next(token["id"] for token in json.loads((folder / "tokenizer.json").read_text())["added_tokens"]
+                  if token["content"] == "<|im_end|>")
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [7, 9]}))
+    config = json.loads((folder / "config.json").read_text())
+    config["eos_token_id"] = 11  # top level, as MiniCPM-V 4.6 writes it
+    config["text_config"].pop("eos_token_id", None)
+    (folder / "config.json").write_text(json.dumps(config))
+    assert _eos_token_ids(folder) == tuple(sorted({7, 9, 11, im_end}))
+    (folder / "generation_config.json").unlink()
+    config.pop("eos_token_id")
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match="never stop"):
+        _eos_token_ids(folder)
+
+
+def test_image_settings_that_overflow_the_context_are_refused_at_load(tiny_ir, tmp_path):
+    import shutil
+
+    folder = shutil.copytree(tiny_ir[0], tmp_path / "target")
+    config = json.loads((folder / "processor_config.json").read_text())
+    config["image_processor"]["max_slice_nums"] = 1000
+    (folder / "processor_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"max_slice_nums=1000 lets one page take up to \d+ image tokens.*"
+                                         r"supported: max_slice_nums <= \d+"):
+        SpeculativeOcrPipeline(folder, device="CPU")
+
+
 def test_unknown_precision_is_refused_with_the_choices(tiny_ir):
     with pytest.raises(ValueError, match=r"precision='bf17'.*\['f32', 'default'\]"):
         SpeculativeOcrPipeline(tiny_ir[0], device="CPU", precision="bf17")

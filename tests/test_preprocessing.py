@@ -100,6 +100,28 @@ def test_prompt_wraps_the_image_in_id_and_image_tokens(tiny_pair):
                       "Text Recognition:<|im_end|>\n<|im_start|>assistant\n")
 
 
+SWITCHED_TEMPLATE = (  # the shape of Qwen3.5-family templates: thinking unless enable_thinking is false
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% for c in m.content %}"
+    "{% if c.type == 'image' %}<image>{% else %}{{ c.text }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+
+
+def test_a_template_with_a_thinking_switch_is_rendered_in_non_thinking_mode_unless_asked(tiny_pair):
+    from utils.preprocessing.config import load_multimodal_tokens
+
+    tokens = load_multimodal_tokens(tiny_pair.target)
+    template = SWITCHED_TEMPLATE.replace("<image>", tokens.image_token)  # the one image token the template writes
+    build = ChatPromptBuilder(template, tokens=tokens, use_image_id=False, special_tokens={})
+    assert build(["[page]"]) == ("<|im_start|>user\n[page]Text Recognition:<|im_end|>\n"
+                                 "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    thinking = ChatPromptBuilder(template, tokens=tokens, use_image_id=False, special_tokens={},
+                                 template_kwargs={"enable_thinking": True})
+    assert thinking(["[page]"]).endswith("<|im_start|>assistant\n")
+    plain = ChatPromptBuilder.from_pretrained(tiny_pair.target)  # no switch in the tiny template: no argument
+    assert plain.template_kwargs == {}
+
+
 def _image_in_mode(mode: str) -> Image.Image:
     rgba = np.asarray(_photo(90, 60, seed=1).convert("RGBA")).copy()
     rgba[..., 3] = np.linspace(0, 255, 90, dtype=np.uint8)[None, :]

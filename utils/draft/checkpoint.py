@@ -9,6 +9,7 @@ Layout of a draft folder (openbmb/MiniCPM-OCR-1.0-DSpark):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from dataclasses import dataclass
@@ -34,7 +35,10 @@ LAYER_TENSORS = (
     "self_attn.q_norm.weight", "self_attn.k_norm.weight",
     "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
 )
-_IGNORED = ("embed_tokens.weight",)  # some DeepSpec checkpoints carry the target's table; the draft uses the target's
+# Tensors real loaders (vLLM, DeepSpec) skip: the target's embedding table, which some checkpoints carry (the
+# draft embeds with the target's), the inverse vocabulary map `t2d`, and a `mask_embedding` they do not use.
+_IGNORED = ("embed_tokens.weight", "t2d", "mask_embedding", "mask_embedding.weight")
+_LOCAL_TO_TARGET_KEYS = ("local_to_target", "target_ids", "ids")  # a list under one of these, in a JSON object
 _SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32, "F64": np.float64}
 
 
@@ -83,7 +87,8 @@ class DraftCheckpoint:
 
 
 def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """Reads a safetensors file into numpy; BF16 is widened to float32 (numpy has no bfloat16)."""
+    """Reads a safetensors file into numpy, except the `_IGNORED` tensors; BF16 is widened to float32 (numpy has
+    no bfloat16)."""
     data = path.read_bytes()
     try:
         (header_size,) = struct.unpack("<Q", data[:8])
@@ -93,7 +98,7 @@ def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
     body = memoryview(data)[8 + header_size:]
     tensors = {}
     for name, info in header.items():
-        if name == "__metadata__":
+        if name == "__metadata__" or name in _IGNORED:  # not even decoded: real loaders skip them too
             continue
         start, end = info["data_offsets"]
         raw = body[start:end]
@@ -132,13 +137,51 @@ def _check_tensors(folder: Path, config: DSparkConfig, tensors: dict[str, np.nda
     missing = [name for name in expected if name not in tensors and name not in optional]
     if missing:
         raise DraftValidationError(f"{source}: missing tensors {missing[:5]}{' ...' if len(missing) > 5 else ''}")
-    unknown = [name for name in tensors if name not in expected and name not in _IGNORED]
+    unknown = [name for name in tensors if name not in expected]
     if unknown:
         raise DraftValidationError(f"{source}: unexpected tensors {unknown[:5]} for this config.json")
     for name, shape in expected.items():
         if name in tensors and tuple(tensors[name].shape) != shape:
             raise DraftValidationError(f"{source}: tensor '{name}' has shape {tuple(tensors[name].shape)}, "
                                        f"config.json implies {shape}")
+
+
+def _complete_from_tensors(config: DSparkConfig, tensors: dict[str, np.ndarray]) -> DSparkConfig:
+    """Fills in the `INFERABLE` fields config.json left out, from the tensors that imply them: `head_dim` from
+    the q-norm weight, the confidence-head flags from the presence and width of its projection."""
+    updates = {}
+    q_norm = tensors.get("layers.0.self_attn.q_norm.weight")
+    if "head_dim" in config.defaulted and q_norm is not None:
+        updates["head_dim"] = int(q_norm.shape[0])
+    projection = tensors.get("confidence_head.proj.weight")
+    if "enable_confidence_head" in config.defaulted:
+        updates["enable_confidence_head"] = projection is not None
+    if "confidence_head_with_markov" in config.defaulted and projection is not None:
+        updates["confidence_head_with_markov"] = bool(config.markov_rank) and (
+            projection.shape[-1] == config.hidden_size + config.markov_rank)
+    return dataclasses.replace(config, **updates) if updates else config
+
+
+def _read_local_to_target(path: Path) -> np.ndarray:
+    """The absolute target ids listed in `local-to-target.json`: a JSON list, a list under one of
+    `_LOCAL_TO_TARGET_KEYS`, or an object mapping "0", "1", ... to ids."""
+    try:
+        listed = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise DraftValidationError(f"{path}: not valid JSON ({error})") from error
+    if isinstance(listed, dict):
+        key = next((key for key in _LOCAL_TO_TARGET_KEYS if isinstance(listed.get(key), list)), None)
+        if key is not None:
+            listed = listed[key]
+        elif listed and all(isinstance(k, str) and k.isdigit() for k in listed):
+            if sorted(int(k) for k in listed) != list(range(len(listed))):
+                raise DraftValidationError(f"{path}: its keys are not the draft ids 0 .. {len(listed) - 1}")
+            listed = [listed[str(index)] for index in range(len(listed))]
+    if not isinstance(listed, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in listed):
+        raise DraftValidationError(
+            f"{path}: expected a list of target ids (or an object with one under {list(_LOCAL_TO_TARGET_KEYS)}, "
+            f"or mapping '0', '1', ... to ids), found {type(listed).__name__}")
+    return np.asarray(listed, dtype=np.int64)
 
 
 def _target_ids(folder: Path, config: DSparkConfig, tensors: dict[str, np.ndarray]) -> np.ndarray:
@@ -157,7 +200,7 @@ def _target_ids(folder: Path, config: DSparkConfig, tensors: dict[str, np.ndarra
         raise DraftValidationError(f"{source} maps several draft tokens to target id {int(unique[counts > 1][0])}")
     mapping = folder / LOCAL_TO_TARGET
     if mapping.is_file():
-        listed = np.asarray(json.loads(mapping.read_text()), dtype=np.int64)
+        listed = _read_local_to_target(mapping)
         if listed.shape != target_ids.shape:
             raise DraftValidationError(f"{mapping}: lists {listed.size} ids, draft_vocab_size is "
                                        f"{config.draft_vocab_size}")
@@ -179,7 +222,8 @@ def load_draft_checkpoint(folder: Path | str) -> DraftCheckpoint:
     """
     folder = Path(folder)
     config = DSparkConfig.from_folder(folder)
-    tensors = {name: array for name, array in _read_weights(folder).items() if name not in _IGNORED}
+    tensors = _read_weights(folder)
+    config = _complete_from_tensors(config, tensors)
     _check_tensors(folder, config, tensors)
     target_ids = _target_ids(folder, config, tensors)
     floats = {name: array.astype(np.float32, copy=False) for name, array in tensors.items() if name != "d2t"}

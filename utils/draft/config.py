@@ -8,14 +8,18 @@ values is an error.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DRAFT_CONFIG", "DSparkConfig", "DraftValidationError"]
+__all__ = ["DRAFT_CONFIG", "INFERABLE", "DSparkConfig", "DraftValidationError"]
 
 DRAFT_CONFIG = "config.json"
 _NESTABLE = ("target_layer_ids", "mask_token_id", "block_size", "markov_rank", "markov_head_type",
              "enable_confidence_head", "confidence_head_with_markov")
+# Fields a published config.json may leave out although the tensors imply them (`checkpoint.load_draft_checkpoint`
+# reads them from the tensors then): head_dim (256 for the real draft, not hidden / heads = 128) and the
+# confidence-head flags.
+INFERABLE = ("head_dim", "enable_confidence_head", "confidence_head_with_markov")
 
 
 class DraftValidationError(ValueError):
@@ -45,6 +49,7 @@ class DSparkConfig:
     confidence_head_with_markov: bool
     attention_bias: bool = False
     hidden_act: str = "silu"
+    defaulted: frozenset[str] = field(default=frozenset(), compare=False)  # INFERABLE fields config.json lacked
 
     @property
     def is_pruned(self) -> bool:
@@ -94,6 +99,7 @@ class DSparkConfig:
             confidence_head_with_markov=bool(fields.get("confidence_head_with_markov", False)),
             attention_bias=bool(fields.get("attention_bias", False)),
             hidden_act=str(fields.get("hidden_act", "silu")),
+            defaulted=frozenset(name for name in INFERABLE if fields.get(name) is None),
         )
         config._validate(source)
         return config

@@ -27,7 +27,9 @@ from utils.files import atomic_directory
 __all__ = ["TARGET_MANIFEST", "TARGET_WEIGHT_FORMATS", "export_target"]
 
 TARGET_WEIGHT_FORMATS = ("fp32", "fp16", *COMPRESSED_FORMATS)
-_COPIED = ("config.json", "generation_config.json")
+# Copied from the source when present; the chat template files too, since a template that lives only there
+# (not in tokenizer_config.json) would otherwise be lost, and with it the non-thinking switch.
+_COPIED = ("config.json", "generation_config.json", "chat_template.jinja", "chat_template.json")
 
 
 def _check_source(source: Path) -> dict:

@@ -65,6 +65,13 @@ class ImageProcessorConfig:
         """Vision patches per image token: 4 for "4x", 16 for "16x"."""
         return _TOKENS_PER_MERGED_PATCH[self.downsample_mode]
 
+    @property
+    def max_image_tokens(self) -> int:
+        """An upper bound of the image tokens one image can take: the overview and `max_slice_nums` slices, each
+        at most one merged-patch step larger per side than `scale_resolution` after rounding."""
+        side = self.scale_resolution // self.patch_size + self.merge_factor
+        return (self.max_slice_nums + 1) * side * side // self.patches_per_token
+
 
 @dataclass(frozen=True)
 class MultimodalTokens:

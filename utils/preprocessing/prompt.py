@@ -2,6 +2,11 @@
 
 The chat template (jinja) comes from the model folder; it writes one image token per image, and each of them is
 replaced, in order, by `<image_id>i</image_id>` (when the processor uses image ids) and the image's placeholder.
+
+Qwen3.5-family templates have an `enable_thinking` switch that defaults to thinking; MiniCPM-OCR's serving
+recipe renders them with `enable_thinking: false`, so an OCR answer starts with the text, not with reasoning.
+The builder does the same whenever the template has the switch (`NON_THINKING`); any template argument can
+be passed through.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .config import MultimodalTokens, load_image_processor_config, load_multimodal_tokens, read_json
 
-__all__ = ["DEFAULT_OCR_PROMPT", "ChatPromptBuilder", "load_chat_template"]
+__all__ = ["DEFAULT_OCR_PROMPT", "NON_THINKING", "ChatPromptBuilder", "load_chat_template"]
 
 DEFAULT_OCR_PROMPT = "Text Recognition:"
+NON_THINKING = {"enable_thinking": False}  # applied to templates that mention the switch
 _SPECIAL_TOKEN_FIELDS = ("bos_token", "eos_token", "pad_token", "unk_token")
 
 
@@ -69,24 +75,35 @@ class ChatPromptBuilder:
     """Builds the full prompt text of a request: chat turns with each image expanded to its placeholder."""
 
     def __init__(self, template: str, *, tokens: MultimodalTokens, use_image_id: bool,
-                 special_tokens: dict[str, str]) -> None:
+                 special_tokens: dict[str, str], template_kwargs: dict | None = None) -> None:
+        """
+        Args:
+            template: the jinja source.
+            tokens: the multimodal special tokens.
+            use_image_id: write `<image_id>i</image_id>` before each image.
+            special_tokens: bos/eos/pad/unk token strings the template may use.
+            template_kwargs: extra template arguments, over `NON_THINKING` when the template has that switch.
+        """
         self.template = _compile(template)
         self.tokens = tokens
         self.use_image_id = use_image_id
         self.special_tokens = special_tokens
+        self.template_kwargs = (NON_THINKING if "enable_thinking" in template else {}) | (template_kwargs or {})
 
     @classmethod
-    def from_pretrained(cls, folder: Path | str) -> ChatPromptBuilder:
+    def from_pretrained(cls, folder: Path | str, *, template_kwargs: dict | None = None) -> ChatPromptBuilder:
         """Reads the chat template, tokens and `use_image_id` from a model folder.
 
         Args:
             folder: a MiniCPM-OCR model folder.
+            template_kwargs: extra chat-template arguments (e.g. `{"enable_thinking": True}`).
         """
         tokenizer_config = read_json(Path(folder) / "tokenizer_config.json")
         special_tokens = {name: value for name in _SPECIAL_TOKEN_FIELDS
                           if isinstance(value := tokenizer_config.get(name), str)}
         return cls(load_chat_template(folder), tokens=load_multimodal_tokens(folder),
-                   use_image_id=load_image_processor_config(folder).use_image_id, special_tokens=special_tokens)
+                   use_image_id=load_image_processor_config(folder).use_image_id, special_tokens=special_tokens,
+                   template_kwargs=template_kwargs)
 
     def __call__(self, placeholders: list[str], *, prompt: str = DEFAULT_OCR_PROMPT) -> str:
         """A user turn with the images then `prompt`, followed by the assistant's generation prompt.
@@ -100,7 +117,7 @@ class ChatPromptBuilder:
         """
         content = [{"type": "image"} for _ in placeholders] + [{"type": "text", "text": prompt}]
         text = self.template.render(messages=[{"role": "user", "content": content}], add_generation_prompt=True,
-                                    tools=None, documents=None, **self.special_tokens)
+                                    tools=None, documents=None, **self.special_tokens, **self.template_kwargs)
         pieces = text.split(self.tokens.image_token)
         if len(pieces) - 1 != len(placeholders):
             raise ValueError(f"the chat template wrote {len(pieces) - 1} image tokens "

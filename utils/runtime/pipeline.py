@@ -25,9 +25,11 @@ from utils.runtime.device import compile_properties, inference_precision, resolv
 from utils.runtime.metrics import GenerationMetrics, OcrResult, StageTimer
 from utils.verification import StepRecord, accepted_prefix_length, emitted_tokens
 
-__all__ = ["DEFAULT_PROMPT", "Proposer", "DSparkProposer", "SpeculativeOcrPipeline", "TextStreamer"]
+__all__ = ["DEFAULT_PROMPT", "STOP_TOKENS", "Proposer", "DSparkProposer", "SpeculativeOcrPipeline", "TextStreamer"]
 
 DEFAULT_PROMPT = "Text Recognition:"
+TEXT_AND_ANSWER_RESERVE = 1024  # context tokens kept for the prompt's text and the answer beside the image
+STOP_TOKENS = ("<|im_end|>",)  # the end of a chat turn stops an answer whatever eos_token_id says
 
 
 class TextStreamer:
@@ -95,11 +97,13 @@ class SpeculativeOcrPipeline:
         precision: "f32" (exact: the output equals target-only decoding token for token) or "default" (the
             device's own precision, bf16 on this CPU, f16 on a GPU: faster, and a near-tie may flip).
         cache_dir: compiled-kernel cache for GPU/AUTO.
+        chat_template_kwargs: extra chat-template arguments; templates with an `enable_thinking` switch are
+            rendered in non-thinking mode unless this says otherwise.
     """
 
     def __init__(self, target: Path | str, draft: Path | str | None = None, *, device: str | None = None,
                  precision: str = "default", cache_dir: Path | str | None = None, proposer: Proposer | None = None,
-                 block_size: int | None = None):
+                 block_size: int | None = None, chat_template_kwargs: dict | None = None):
         import openvino_genai as ov_genai
 
         from utils.preprocessing import ChatPromptBuilder, ImagePreprocessor
@@ -110,11 +114,12 @@ class SpeculativeOcrPipeline:
         self.device = resolve_device(device)
         properties = compile_properties(self.device, precision=precision, cache_dir=cache_dir)
         self.preprocess = ImagePreprocessor.from_pretrained(self.target_folder)
-        self.build_prompt = ChatPromptBuilder.from_pretrained(self.target_folder)
+        self.build_prompt = ChatPromptBuilder.from_pretrained(self.target_folder, template_kwargs=chat_template_kwargs)
         self.tokenizer = ov_genai.Tokenizer(str(self.target_folder))
         self.vision = VisionEncoder(self.target_folder, self.device, properties=properties)
         self.embed = TextEmbeddings(self.target_folder, self.device, properties=properties)
         self.language_model = LanguageModelSession(self.target_folder, device=self.device, properties=properties)
+        self._check_context_fits(self.preprocess.config)
         self.precision = precision
         self.inference_precision = inference_precision(self.vision.compiled)  # what the device really runs
         config = json.loads((self.target_folder / "config.json").read_text())
@@ -128,6 +133,17 @@ class SpeculativeOcrPipeline:
         if self.proposer is not None and not 1 <= (self.block_size or 0) < self.language_model.verify_length:
             raise ValueError(f"block_size={self.block_size} must be in [1, {self.language_model.verify_length - 1}] "
                              f"(the target IR verifies {self.language_model.verify_length} tokens)")
+
+    def _check_context_fits(self, config) -> None:
+        """Refuses, at load, image settings whose largest page would not fit the language model's context."""
+        room = self.language_model.max_length - TEXT_AND_ANSWER_RESERVE
+        if config.max_image_tokens > room:
+            per_image = config.max_image_tokens // (config.max_slice_nums + 1)
+            raise ValueError(
+                f"{self.target_folder}: the image processor's max_slice_nums={config.max_slice_nums} lets one "
+                f"page take up to {config.max_image_tokens} image tokens, more than the {room} the "
+                f"{self.language_model.max_length}-token context leaves beside the text and the answer; supported: "
+                f"max_slice_nums <= {room // per_image - 1}")
 
     def _attach_draft(self, folder: Path, properties: dict) -> None:
         from utils.draft.checkpoint import TargetSpec, check_config_fits_target
@@ -262,10 +278,22 @@ class SpeculativeOcrPipeline:
 
 
 def _eos_token_ids(folder: Path) -> tuple[int, ...]:
-    path = folder / "generation_config.json"
-    eos = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
-    if eos is None:
-        eos = json.loads((folder / "config.json").read_text()).get("text_config", {}).get("eos_token_id")
-    if eos is None:
-        raise ValueError(f"{folder}: no eos_token_id in generation_config.json or config.json")
-    return tuple(eos) if isinstance(eos, list) else (int(eos),)
+    """The stop set: every `eos_token_id` of generation_config.json and config.json (top level, where
+    MiniCPM-V 4.6 keeps it, and text_config), and the ids of the chat's end-of-turn tokens (`STOP_TOKENS`)."""
+    sources = [(folder / "generation_config.json", ()), (folder / "config.json", ()),
+               (folder / "config.json", ("text_config",))]
+    ids = set()
+    for path, keys in sources:
+        config = json.loads(path.read_text()) if path.is_file() else {}
+        for key in keys:
+            config = config.get(key, {})
+        eos = config.get("eos_token_id")
+        ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    tokenizer = folder / "tokenizer.json"
+    if tokenizer.is_file():
+        added = json.loads(tokenizer.read_text()).get("added_tokens", [])
+        ids.update(token["id"] for token in added if token.get("content") in STOP_TOKENS)
+    if not ids:
+        raise ValueError(f"{folder}: no eos_token_id in generation_config.json or config.json, and no "
+                         f"{list(STOP_TOKENS)} in tokenizer.json: the answer would never stop")
+    return tuple(sorted(int(token) for token in ids))
