@@ -200,7 +200,8 @@ def test_local_to_target_may_come_in_other_json_shapes(tiny_pair, draft_copy, sh
 
 
 @pytest.mark.parametrize("content, message", [
-    ('"not ids"', "expected a list of target ids"), ('{"0": 5, "2": 7}', "not the draft ids"), ("[1, 2", "not valid JSON"),
+    ('"not ids"', "expected a list of target ids"), ('{"0": 5, "2": 7}', "not the draft ids"),
+    ("[1, 2", "not valid JSON"),
 ])
 def test_local_to_target_in_an_unknown_shape_is_named(draft_copy, content, message):
     (draft_copy / LOCAL_TO_TARGET).write_text(content)

@@ -202,13 +202,14 @@ def test_pair_from_an_older_builder_is_rebuilt(tmp_path):
 
 def test_command_line_manifest_records_hashes_and_the_random_drafts_figures(tmp_path, capsys):
     from utils.tiny import default_pair
+    from utils.tiny.manifest import HELD_OUT_WALKS
 
     assert tiny_cli(["--out", str(tmp_path / "cli"), "--manifest"]) == 0
     assert "manifest.json" in capsys.readouterr().out
     pair = default_pair(tmp_path / "cli")  # verifies every hash
     assert pair.pretrain is None and pair.distill is None and pair.config == TinyPairConfig()
     manifest = json.loads((tmp_path / "cli" / "manifest.json").read_text())
-    for walk in ("top_k_scorer", "dense_walk"):
+    for walk in HELD_OUT_WALKS:
         figures = manifest["held_out"][walk]
         assert figures["answers"] == 20 and len(figures["answer_lengths"]) == 20
         assert figures["tokens_per_step"] < 1.1, "a random draft is almost never accepted"

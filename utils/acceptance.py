@@ -71,9 +71,7 @@ def _accepted_and_observed(step: StepRecord) -> tuple[int, int]:
     A step cut by EOS or the token budget stops emitting while its drafts still match, so the positions after
     the cut were never checked: they count neither as accepted nor as rejected.
     """
-    accepted = 0
-    while accepted < min(len(step.drafted), len(step.emitted)) and step.drafted[accepted] == step.emitted[accepted]:
-        accepted += 1
+    accepted = step.matched_drafts
     rejected_seen = accepted < len(step.drafted) and accepted < len(step.emitted)
     return accepted, accepted + rejected_seen
 

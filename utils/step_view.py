@@ -11,6 +11,7 @@ import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from utils.runtime.compare import first_difference
 from utils.verification import StepRecord
 
 __all__ = ["DraftToken", "StepView", "step_views", "steps_html", "side_by_side_html"]
@@ -51,10 +52,7 @@ def step_views(steps: Sequence[StepRecord], detokenize: Callable[[list[int]], st
     """
     views = []
     for index, step in enumerate(steps):
-        accepted = 0
-        while (accepted < min(len(step.drafted), len(step.emitted))
-               and step.drafted[accepted] == step.emitted[accepted]):
-            accepted += 1
+        accepted = step.matched_drafts
         confidences = step.confidences or (None,) * len(step.drafted)
         drafts = []
         for position, (token, confidence) in enumerate(zip(step.drafted, confidences)):
@@ -101,9 +99,8 @@ def side_by_side_html(speculative: str, target_only: str) -> str:
     if speculative == target_only:
         verdict = "<b style='color:#2e7d32'>identical &#10003;</b>"
     else:
-        first = next((i for i, (a, b) in enumerate(zip(speculative, target_only)) if a != b),
-                     min(len(speculative), len(target_only)))
-        verdict = f"<b style='color:#c62828'>different from character {first} on &#10007;</b>"
+        verdict = (f"<b style='color:#c62828'>different from character {first_difference(speculative, target_only)} "
+                   f"on &#10007;</b>")
     cell = "<td style='vertical-align:top;text-align:left'><pre class='{}' style='white-space:pre-wrap'>{}</pre></td>"
     return (f"<div class='dspark-verdict'>Speculative vs target only: {verdict}</div><table><tr><th>speculative</th>"
             f"<th>target only</th></tr><tr>{cell.format('dspark-speculative', html.escape(speculative))}"

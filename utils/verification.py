@@ -50,6 +50,15 @@ class StepRecord:
     def accepted(self) -> int:
         return len(self.emitted) - 1
 
+    @property
+    def matched_drafts(self) -> int:
+        """Leading drafts equal to the emitted token at their position (a step cut by EOS or the budget can
+        match drafts it did not go on to emit a bonus for)."""
+        matched = 0
+        while matched < min(len(self.drafted), len(self.emitted)) and self.drafted[matched] == self.emitted[matched]:
+            matched += 1
+        return matched
+
 
 def mean_tokens_per_step(steps: Sequence[StepRecord]) -> float:
     """Generated tokens / steps (accepted + 1 averaged over the steps)."""

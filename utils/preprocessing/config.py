@@ -66,11 +66,16 @@ class ImageProcessorConfig:
         return _TOKENS_PER_MERGED_PATCH[self.downsample_mode]
 
     @property
-    def max_image_tokens(self) -> int:
-        """An upper bound of the image tokens one image can take: the overview and `max_slice_nums` slices, each
-        at most one merged-patch step larger per side than `scale_resolution` after rounding."""
+    def max_tokens_per_tile(self) -> int:
+        """An upper bound of the image tokens of one tile (the overview or a slice): at most one merged-patch
+        step larger per side than `scale_resolution` after rounding."""
         side = self.scale_resolution // self.patch_size + self.merge_factor
-        return (self.max_slice_nums + 1) * side * side // self.patches_per_token
+        return side * side // self.patches_per_token
+
+    @property
+    def max_image_tokens(self) -> int:
+        """An upper bound of the image tokens one image can take: the overview and `max_slice_nums` slices."""
+        return (self.max_slice_nums + 1) * self.max_tokens_per_tile
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from utils.runtime.metrics import OcrResult
@@ -43,8 +45,9 @@ def metrics_rows(results: dict[str, OcrResult]) -> list[dict]:
     return rows
 
 
-def first_difference(tokens: list[int], reference: list[int]) -> int | None:
-    """Index of the first token where `tokens` and `reference` differ (a length difference counts); None if equal."""
+def first_difference(tokens: Sequence, reference: Sequence) -> int | None:
+    """Index of the first item (token, character) where two sequences differ (a length difference counts); None
+    if they are equal."""
     for index, (a, b) in enumerate(zip(tokens, reference)):
         if a != b:
             return index

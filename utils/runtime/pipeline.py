@@ -138,12 +138,11 @@ class SpeculativeOcrPipeline:
         """Refuses, at load, image settings whose largest page would not fit the language model's context."""
         room = self.language_model.max_length - TEXT_AND_ANSWER_RESERVE
         if config.max_image_tokens > room:
-            per_image = config.max_image_tokens // (config.max_slice_nums + 1)
             raise ValueError(
                 f"{self.target_folder}: the image processor's max_slice_nums={config.max_slice_nums} lets one "
                 f"page take up to {config.max_image_tokens} image tokens, more than the {room} the "
                 f"{self.language_model.max_length}-token context leaves beside the text and the answer; supported: "
-                f"max_slice_nums <= {room // per_image - 1}")
+                f"max_slice_nums <= {room // config.max_tokens_per_tile - 1}")
 
     def _attach_draft(self, folder: Path, properties: dict) -> None:
         from utils.draft.checkpoint import TargetSpec, check_config_fits_target

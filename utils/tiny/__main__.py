@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from utils.files import folder_size
-from utils.tiny.manifest import MANIFEST, write_manifest
+from utils.tiny.manifest import HELD_OUT_WALKS, MANIFEST, write_manifest
 from utils.tiny.pair import DistillConfig, PretrainConfig, TinyPairConfig, build_tiny_pair
 
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {part.name:<7} {folder_size(part) / 1e6:6.2f} MB  {part}")
     if args.manifest:
         held_out = write_manifest(pair.root)["held_out"]
-        for walk in ("top_k_scorer", "dense_walk"):
+        for walk in HELD_OUT_WALKS:
             figures = held_out[walk]
             print(f"  held out, {walk}: {figures['tokens_per_step']:.2f} tokens per step, "
                   f"{figures['rejected_share']:.1%} of drafts rejected, confidence AUC {figures['confidence_auc']}")

@@ -20,14 +20,14 @@ from pathlib import Path
 
 from utils.files import sha256_file
 
-__all__ = ["MANIFEST", "HELD_OUT_MAX_NEW_TOKENS", "REBUILD_COMMAND", "pair_files", "write_manifest", "read_manifest",
-           "verify_pair_files"]
+__all__ = ["MANIFEST", "HELD_OUT_MAX_NEW_TOKENS", "HELD_OUT_WALKS", "REBUILD_COMMAND", "pair_files",
+           "write_manifest", "read_manifest", "verify_pair_files"]
 
 MANIFEST = "manifest.json"
 HELD_OUT_MAX_NEW_TOKENS = 64  # answer budget per held-out (page, prompt) case
 REBUILD_COMMAND = "python -m utils.tiny --out DIR --pretrain --distill --manifest"
 _PARTS = ("target", "draft")
-_WALKS = {"top_k_scorer": 64, "dense_walk": 0}  # name -> markov_head_top_k
+HELD_OUT_WALKS = {"top_k_scorer": 64, "dense_walk": 0}  # the manifest's name -> markov_head_top_k
 
 
 def pair_files(root: Path | str) -> list[str]:
@@ -59,7 +59,7 @@ def write_manifest(root: Path | str) -> dict:
     root = Path(root)
     stamp = json.loads((root / "tiny-pair.json").read_text())
     held_out = {"num_assistant_tokens": stamp["block_size"], "max_new_tokens": HELD_OUT_MAX_NEW_TOKENS}
-    for name, top_k in tqdm(_WALKS.items(), desc="measuring on held-out pages"):
+    for name, top_k in tqdm(HELD_OUT_WALKS.items(), desc="measuring on held-out pages"):
         report = measure_acceptance(root / "target", root / "draft", markov_head_top_k=top_k,
                                     max_new_tokens=HELD_OUT_MAX_NEW_TOKENS)
         held_out[name] = report.as_dict()
