@@ -16,16 +16,16 @@ acceptance is forced:
   and proposes the known continuation for the first `a` positions, then a wrong token, with `a` scheduled
   so that tokens per step tau = a + 1 averages the requested value.
 
-Both modes run through the OCR pipeline's own loop (`SpeculativeOcrPipeline.generate`, `_decode_step`,
-`_speculative_step`) on a text-only subclass that skips the vision side and embeds with a numpy copy of the
-target's embedding table. Configurations are interleaved, rounds rotate their order, so drift in the shared
+Both modes run through the decoding engine the OCR pipeline uses (`utils.engine.decoder.SpeculativeDecoder`),
+text only: the prompt is the random context's embeddings, taken from a numpy copy of the target's embedding
+table. Per-step counters are read in the decoder's `on_step` callback. Configurations are interleaved, rounds rotate their order, so drift in the shared
 CPU hits all of them alike. Per-step times are means over the steady steps: the first speculative step is
 left out (the draft ingests the C context positions there; reported apart as "first step"). Every run's
 tokens must equal the target-only greedy tokens; with `--precision f32` (f32 hint, and the CPU plugin's dynamic
 activation quantization off, which otherwise makes the 1-token and 16-token IRs disagree) a mismatch stops
 the script.
 
-    python benchmarks/engine_efficiency.py [--contexts 1024 3072] [--taus 2 4 5.47 8 16] [--out result.json]
+    python -m benchmarks.engine_efficiency [--contexts 1024 3072] [--taus 2 4 5.47 8 16] [--out result.json]
 
 Artefacts are cached in --work (3.3 GB target: three int8 IRs and the embedding table; 1.2 GB draft
 checkpoint; 1.2 GB draft IR); the first run builds them (7 min on the shared 2-core machine). Peak memory:
@@ -39,20 +39,21 @@ import gc
 import json
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.real_size_model import (HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model,  # noqa: E402
+from benchmarks.real_size_model import (HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model,
                                         real_size_draft_config, real_size_text_config, write_random_draft)
-from utils.runtime.clock import InferenceClock  # noqa: E402
-from utils.runtime.pipeline import DSparkProposer, SpeculativeOcrPipeline  # noqa: E402
+from utils.contract import WEIGHT_FORMATS
+from utils.engine.decoder import SpeculativeDecoder
+from utils.engine.draft import DSparkProposer
+from utils.engine.proposal import Proposal
+from utils.engine.timing import Clock, StageTimer
+from utils.evaluation.compare import first_difference
 
-__all__ = ["TableEmbeddings", "ForcedAcceptanceProposer", "TextOnlyPipeline", "main"]
+__all__ = ["TableEmbeddings", "ForcedAcceptanceProposer", "StepCounters", "main"]
 
 EMBEDDINGS_FILE = "embed_tokens.npy"
 BLOCK_SIZE = VERIFY_LENGTH - 1
@@ -106,7 +107,7 @@ class TableEmbeddings:
 
     def __init__(self, table: np.ndarray):
         self.table = table
-        self.clock = InferenceClock()
+        self.clock = Clock()
 
     def __call__(self, input_ids: np.ndarray) -> np.ndarray:
         """[batch, S] int -> [batch, S, H] float32."""
@@ -125,7 +126,8 @@ class ForcedAcceptanceProposer:
 
     Each step runs the wrapped `DSparkProposer` (so the draft's context cache grows as in real use), then
     discards its tokens: the first `accepted_drafts(tau, step)` proposals are the target's known greedy
-    continuation, the next one is wrong on purpose, the rest are the draft's own (random) tokens.
+    continuation, the next one is wrong on purpose, the rest are the draft's own (random) tokens. It finds its
+    place in the continuation from the contexts it receives (`utils.engine.proposal`).
     """
 
     def __init__(self, draft: DSparkProposer, continuation: list[int], *, tau: float, vocab_size: int):
@@ -134,75 +136,55 @@ class ForcedAcceptanceProposer:
                              f"{BLOCK_SIZE} drafts)")
         self.draft, self.continuation, self.tau, self.vocab_size = draft, continuation, tau, vocab_size
         self.clocks = draft.clocks
-        self._step = 0
+        self.reset()
 
     def reset(self) -> None:
         self.draft.reset()
-        self._step = 0
+        self._step, self._generated = 0, None
 
-    def propose(self, anchor, new_context, *, num_tokens, top_k, timer, generated):
-        walked, confidences = self.draft.propose(anchor, new_context, num_tokens=num_tokens, top_k=top_k,
-                                                 timer=timer, generated=generated)
+    def propose(self, anchor, context, *, num_tokens, timer) -> Proposal:
+        walked = self.draft.propose(anchor, context, num_tokens=num_tokens, timer=timer)
+        self._generated = 1 if self._generated is None else self._generated + len(context)
         accepted = min(accepted_drafts(self.tau, self._step), num_tokens)
         self._step += 1
-        start = len(generated)
+        start = self._generated
         drafts = list(self.continuation[start:start + accepted])
         if accepted < num_tokens:
             drafts.append((self.continuation[start + accepted] + 1) % self.vocab_size)
-            drafts += walked[accepted + 1:num_tokens]
-        return drafts, confidences
+            drafts += walked.target_ids[accepted + 1:num_tokens]
+        return Proposal(tuple(drafts), walked.confidences)
 
 
-class TextOnlyPipeline(SpeculativeOcrPipeline):
-    """The OCR pipeline's loop on a text-only target: `generate(context_embeds)` prefills the embeddings as given.
+class StepCounters:
+    """Runs a decoder and records, after every step, the wall clock and the clocks of each part.
 
-    It does not call the parent's `__init__` (which loads the vision IR, tokenizer and preprocessor of a full
-    export); it sets what `generate` and the step methods use, and records the counters around every step.
+    The decoder's `on_step` callback reads them; the difference between two consecutive readings is one
+    step's cost (`COUNTERS`).
     """
 
-    def __init__(self, language_model, embed: TableEmbeddings, proposer=None):
-        self.language_model, self.embed, self.proposer = language_model, embed, proposer
-        self.block_size = None if proposer is None else BLOCK_SIZE
-        self.eos_token_ids = ()  # a random model has no meaningful EOS: always run to the token budget
-        self.step_timings: list[dict] = []
+    def __init__(self, decoder: SpeculativeDecoder):
+        self.decoder = decoder
 
-    def prompt_embeddings(self, image, prompt, timer=None):
-        return image
-
-    def _detokenize(self, tokens):
-        return ""
-
-    def _openvino_seconds(self) -> float:
-        return self.language_model.timings.openvino_seconds + sum(self._clocks())
-
-    def _clocks(self) -> tuple[float, float]:
-        return tuple(clock.seconds for clock in self.proposer.clocks) if self.proposer else (0.0, 0.0)
-
-    def _counters(self, timer) -> dict:
-        timings = self.language_model.timings
-        draft, markov = self._clocks()
-        return {"wall": time.perf_counter(), "target": timings.openvino_seconds, "session": timings.host_seconds,
-                "draft": draft, "markov": markov, "draft_stage": timer.seconds["draft"],
-                "markov_stage": timer.seconds["markov_head"]}
-
-    def _timed(self, timer, step_method, *args, **kwargs):
-        before = self._counters(timer)
-        step, new_context = step_method(*args, **kwargs)
-        after = self._counters(timer)
-        self.step_timings.append({key: after[key] - before[key] for key in COUNTERS} | {"emitted": len(step.emitted)})
-        return step, new_context
-
-    def _decode_step(self, token, timer):
-        return self._timed(timer, super()._decode_step, token, timer)
-
-    def _speculative_step(self, tokens, new_context, timer, **options):
-        return self._timed(timer, super()._speculative_step, tokens, new_context, timer, **options)
+    def _reading(self, timer: StageTimer) -> dict:
+        language_model = self.decoder.language_model
+        draft, markov = (clock.seconds for clock in self.decoder.proposer.clocks) if self.decoder.proposer else (0, 0)
+        stages = timer.seconds
+        return {"wall": time.perf_counter(), "target": language_model.clock.seconds,
+                "session": language_model.host_seconds, "draft": draft, "markov": markov,
+                "draft_stage": stages["draft"], "markov_stage": stages["markov_head"]}
 
     def run(self, context_embeds: np.ndarray, max_new_tokens: int) -> tuple[list[int], list[dict], float]:
-        """(tokens, per-step counters, decode seconds) of one generation after the context."""
-        self.step_timings = []
-        result = self.generate(context_embeds, max_new_tokens=max_new_tokens)
-        return result.tokens, self.step_timings, result.metrics.decode_seconds
+        """(tokens, per-step counters after the first token, decode seconds) of one generation after the context."""
+        timer, readings, emitted = StageTimer(), [], []
+
+        def record(step, tokens):
+            readings.append(self._reading(timer))
+            emitted.append(len(step.emitted))
+
+        decoded = self.decoder.generate(context_embeds, max_new_tokens=max_new_tokens, timer=timer, on_step=record)
+        steps = [{key: after[key] - before[key] for key in COUNTERS} | {"emitted": count}
+                 for before, after, count in zip(readings, readings[1:], emitted[1:])]
+        return decoded.tokens, steps, decoded.metrics.decode_seconds
 
 
 def _mean_ms(steps: list[dict], key) -> float:
@@ -234,9 +216,9 @@ def summarize(steps: list[dict]) -> dict:
 
 def _check_invariant(tokens: list[int], reference: list[int], *, label: str, strict: bool) -> bool:
     """True when the run reproduced the target-only greedy tokens; raises instead when `strict`."""
-    if tokens == reference[:len(tokens)]:
+    first = first_difference(tokens, reference[:len(tokens)])
+    if first is None:
         return True
-    first = next(index for index, (a, b) in enumerate(zip(tokens, reference)) if a != b)
     message = f"{label}: token {first} is {tokens[first]}, target-only greedy decoding gave {reference[first]}"
     if strict:
         raise RuntimeError(f"invariant broken: {message}")
@@ -249,23 +231,25 @@ def measure(language_model, embed: TableEmbeddings, draft: DSparkProposer, *, co
     """Interleaved runs of target-only and forced-acceptance speculative decoding; raw steps per configuration."""
     rng = np.random.default_rng(seed)
     vocab_size = embed.table.shape[0]
-    target_only = TextOnlyPipeline(language_model, embed)
+    no_stop = ()  # a random model has no meaningful EOS: always run to the token budget
+    target_only = StepCounters(SpeculativeDecoder(language_model, embed, stop_token_ids=no_stop))
     setups = {}
     for context in contexts:
         context_embeds = embed(rng.integers(vocab_size, size=context))
         reference, _, _ = target_only.run(context_embeds, new_tokens + VERIFY_LENGTH)  # also the warm-up
-        pipelines = {"target": target_only} | {
-            tau: TextOnlyPipeline(language_model, embed, ForcedAcceptanceProposer(draft, reference, tau=tau,
-                                                                                   vocab_size=vocab_size))
+        runners = {"target": target_only} | {
+            tau: StepCounters(SpeculativeDecoder(
+                language_model, embed, stop_token_ids=no_stop, block_size=BLOCK_SIZE,
+                proposer=ForcedAcceptanceProposer(draft, reference, tau=tau, vocab_size=vocab_size)))
             for tau in taus}
-        setups[context] = (context_embeds, reference, pipelines)
+        setups[context] = (context_embeds, reference, runners)
     raw = {(context, name): {"steps": [], "first_step_ms": [], "decode_s": [], "matches": []}
            for context in contexts for name in ["target", *taus]}
     for round_index in range(rounds):
-        for context, (context_embeds, reference, pipelines) in setups.items():
-            names = list(pipelines)
+        for context, (context_embeds, reference, runners) in setups.items():
+            names = list(runners)
             for name in names[round_index % len(names):] + names[:round_index % len(names)]:
-                tokens, steps, decode_seconds = pipelines[name].run(context_embeds, new_tokens)
+                tokens, steps, decode_seconds = runners[name].run(context_embeds, new_tokens)
                 record = raw[(context, name)]
                 record["matches"].append(_check_invariant(tokens, reference, strict=strict,
                                                           label=f"context {context}, {name}, round {round_index}"))
@@ -323,14 +307,11 @@ def print_tables(rows: list[dict]) -> None:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from utils.export.draft import WEIGHT_FORMATS as DRAFT_WEIGHT_FORMATS
-    from utils.export.language_model import WEIGHT_FORMATS
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path("/tmp/dspark-engine-bench"),
                         help="cache folder for the random models and their IRs")
     parser.add_argument("--weight-format", default="int8", choices=WEIGHT_FORMATS, help="target weights")
-    parser.add_argument("--draft-weight-format", default="fp32", choices=DRAFT_WEIGHT_FORMATS)
+    parser.add_argument("--draft-weight-format", default="fp32", choices=WEIGHT_FORMATS)
     parser.add_argument("--precision", default="f32", choices=["f32", "default"],
                         help="f32: f32 hint and no dynamic activation quantization (exact: the invariant is "
                              "asserted); default: the CPU's defaults (bf16 here; mismatches are reported, not fatal, and the "
@@ -348,18 +329,17 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Builds or reuses the artefacts, measures, prints the tables (and writes JSON with --out)."""
     args = _parse_args(argv)
-    import openvino as ov
 
-    from utils.runtime.device import compile_properties
-    from utils.runtime.language_model import LanguageModelSession
+    from utils.engine.device import compile_properties
+    from utils.engine.language_model import LanguageModelSession
 
     target_folder = prepare_target(args.work, args.weight_format)
     draft_folder = prepare_draft(args.work, args.draft_weight_format)
     properties = compile_properties("CPU", precision=args.precision)
     embed = TableEmbeddings(np.load(target_folder / EMBEDDINGS_FILE, mmap_mode="r"))  # rows read on use
-    language_model = LanguageModelSession(target_folder, properties=properties, core=ov.Core(),
+    language_model = LanguageModelSession(target_folder, properties=properties,
                                           max_length=max(args.contexts) + args.new_tokens + 2 * VERIFY_LENGTH)
-    draft = DSparkProposer(draft_folder, "CPU", properties=properties, embed=embed)
+    draft = DSparkProposer.load(draft_folder, "CPU", properties=properties, embed=embed)
     print(f"measuring: precision {args.precision}, target {args.weight_format}, draft {args.draft_weight_format}, "
           f"{args.new_tokens} tokens per run, {args.rounds} rounds", flush=True)
     raw = measure(language_model, embed, draft, contexts=args.contexts, taus=args.taus, new_tokens=args.new_tokens,

@@ -7,7 +7,7 @@ attention, hidden 1024, MLP 3584, 8 query / 2 KV heads of 256, 16 linear key/val
 fp32 and int8 weights, with and without the verify IR's rollback outputs. Also times the host-side
 rollback (`rebuild_recurrent_state` over all linear-attention layers). Run only when invoked:
 
-    python benchmarks/language_model_latency.py [--contexts 1024 3072] [--formats fp32 int8] [--repeats 10]
+    python -m benchmarks.language_model_latency [--contexts 1024 3072] [--formats fp32 int8] [--repeats 10]
 
 Peak memory is about one fp32 model in torch plus one compiled IR (IRs go to a temporary folder first).
 """
@@ -17,16 +17,15 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from benchmarks.real_size_model import HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model
+from utils.contract import (ATTENTION_MASK, INPUTS_EMBEDS, POSITION_IDS, LanguageModelVariant, past_recurrent_state,
+                            rollback_delta, rollback_key, rollback_log_decay)
 
 __all__ = ["main"]
 
@@ -35,7 +34,7 @@ def _export_irs(folder: Path, formats: list[str]) -> dict:
     """Writes decode, verify and verify-without-rollback IRs per weight format; returns {(format, name): path}."""
     import openvino as ov
 
-    from utils.export.language_model import LanguageModelVariant, compress_weights, convert_language_model
+    from utils.export.language_model import compress_weights, convert_language_model
 
     model = build_random_text_model(seed=0)
     print(f"random Qwen3.5 text model: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters",
@@ -60,14 +59,14 @@ def _export_irs(folder: Path, formats: list[str]) -> dict:
 
 def _random_inputs(model, *, context: int, rng: np.random.Generator) -> dict:
     """Inputs of one IR call with `context` tokens of random past state."""
-    length = model.input("inputs_embeds").get_partial_shape()[1].get_length()
+    length = model.input(INPUTS_EMBEDS).get_partial_shape()[1].get_length()
     inputs = {}
     for port in model.inputs:
         name = port.get_any_name()
         shape = [context if dim.is_dynamic else dim.get_length() for dim in port.get_partial_shape()]
-        if name == "position_ids":
+        if name == POSITION_IDS:
             inputs[name] = (np.arange(length, dtype=np.int64) + context)[None]
-        elif name == "attention_mask":
+        elif name == ATTENTION_MASK:
             inputs[name] = np.ones(shape, np.int64)
         else:
             inputs[name] = (0.1 * rng.standard_normal(shape)).astype(np.float32)
@@ -76,7 +75,7 @@ def _random_inputs(model, *, context: int, rng: np.random.Generator) -> dict:
 
 def _time_ir(core, path: Path, *, contexts: list[int], repeats: int) -> dict:
     """Median milliseconds per inference at each context, and the host rollback time for the verify IR."""
-    from utils.runtime.language_model import rebuild_recurrent_state
+    from utils.engine.language_model import rebuild_recurrent_state
 
     model = core.read_model(path)
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
@@ -93,13 +92,13 @@ def _time_ir(core, path: Path, *, contexts: list[int], repeats: int) -> dict:
             samples.append(time.perf_counter() - start)
         timings[context] = 1000 * statistics.median(samples)
     outputs = {name: request.get_tensor(name).data for port in compiled.outputs for name in port.get_names()}
-    layers = [int(name.rsplit(".", 1)[1]) for name in outputs if name.startswith("rollback_key.")]
+    layers = [layer for layer in range(len(outputs)) if rollback_key(layer) in outputs]
     if layers:
         start = time.perf_counter()
         for _ in range(repeats):
             for layer in layers:
-                rebuild_recurrent_state(inputs[f"past_recurrent_state.{layer}"], outputs[f"rollback_key.{layer}"],
-                                        outputs[f"rollback_delta.{layer}"], outputs[f"rollback_log_decay.{layer}"],
+                rebuild_recurrent_state(inputs[past_recurrent_state(layer)], outputs[rollback_key(layer)],
+                                        outputs[rollback_delta(layer)], outputs[rollback_log_decay(layer)],
                                         VERIFY_LENGTH // 2)
         timings["rollback_host_ms"] = 1000 * (time.perf_counter() - start) / repeats
     del request, compiled

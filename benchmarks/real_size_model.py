@@ -95,8 +95,8 @@ def write_random_draft(folder: Path, config: dict, *, seed: int = 0, std: float 
     """
     from safetensors.numpy import save_file
 
-    from utils.draft.checkpoint import DRAFT_WEIGHTS, LOCAL_TO_TARGET, draft_tensor_shapes
-    from utils.draft.config import DSparkConfig
+    from utils.checkpoint.config import DSparkConfig
+    from utils.checkpoint.draft import DRAFT_WEIGHTS, LOCAL_TO_TARGET, draft_tensor_shapes
     from utils.tiny.draft import random_draft_weights, sample_draft_vocabulary
 
     rng = np.random.default_rng(seed)

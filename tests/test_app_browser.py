@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from utils.evaluation.pages import sample_pages
 from utils.models import REPO_ROOT, default_ir_pair
-from utils.pages import sample_pages
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 APP = REPO_ROOT / "app" / "speculative-ocr.ipynb"

@@ -7,10 +7,11 @@ import math
 
 import pytest
 
-from utils.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, scored_positions,
-                              tokens_per_step_histogram)
-from utils.bench import BenchConfig, main, markdown_report, run_benchmark, summarize
-from utils.verification import StepRecord
+from utils.bench import main
+from utils.engine.verification import StepRecord
+from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, scored_positions,
+                                         tokens_per_step_histogram)
+from utils.evaluation.benchmark import BenchConfig, markdown_report, run_benchmark, summarize
 
 PREFILL = StepRecord(drafted=(), emitted=(7,))
 STEPS = [  # four drafting steps of K=3: accepted 0, 3, 1, 2
@@ -75,7 +76,7 @@ def test_first_configuration_must_be_the_baseline_and_repeats_positive(tiny_ir):
 
 
 def test_a_page_counts_the_median_of_its_repeats():
-    from utils.bench import _median_run
+    from utils.evaluation.benchmark import _median_run
 
     runs = [{"steps": [1], "tokens": 5, "decode_seconds": seconds, "stages": {"draft": seconds / 2}, "text": "t"}
             for seconds in (3.0, 1.0, 2.0)]
@@ -85,7 +86,7 @@ def test_a_page_counts_the_median_of_its_repeats():
 
 @pytest.fixture(scope="module")
 def results(tiny_ir):
-    from utils.pages import sample_pages
+    from utils.evaluation.pages import sample_pages
 
     configs = [BenchConfig(None), BenchConfig(tiny_ir[1]), BenchConfig(tiny_ir[1], 0, 4)]
     return run_benchmark(tiny_ir[0], configs, sample_pages()[:2], max_new_tokens=16, repeats=2, device="CPU",
@@ -127,7 +128,7 @@ def test_every_plot_labels_its_axes_and_shows_a_legend_or_title(results):
     import matplotlib
 
     matplotlib.use("Agg")
-    from utils import plots
+    from utils.evaluation import plots
 
     top_k = results["configurations"][1]
     names = [config["name"] for config in results["configurations"][1:]]

@@ -15,16 +15,16 @@ import numpy as np
 import openvino as ov
 import pytest
 
+from utils.contract import DRAFT_MODEL, LANGUAGE_MODEL_CONFIG, MARKOV_HEAD_MODEL, read_d2t, read_draft_info
+from utils.engine.device import F32_PROPERTIES
+from utils.engine.draft import DraftModel, MarkovHead
+from utils.evaluation.compression_report import REFERENCE_FORMAT, compression_report
+from utils.evaluation.pages import sample_pages
 from utils.export.__main__ import main as export_cli
-from utils.export.compression import (CompressionConfig, compress_folder, compress_model, compressed_files,
-                                      head_weight, weight_constants)
-from utils.export.compression_report import REFERENCE_FORMAT, compression_report
+from utils.export.compression import (CompressionConfig, compress_folder, compress_model, compressed_files, head_weight,
+                                      weight_constants)
 from utils.export.draft import export_draft
-from utils.pages import sample_pages
-from utils.runtime.device import F32_PROPERTIES
-from utils.runtime.draft import DRAFT_MODEL, MARKOV_HEAD_MODEL, DraftModel, MarkovHead, read_d2t, read_draft_info
-from utils.runtime.language_model import LANGUAGE_MODEL_CONFIG
-from utils.runtime.pipeline import SpeculativeOcrPipeline
+from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
 TARGET_LOGITS_ATOL = 0.5
 PAGES = sample_pages()[:3]

@@ -11,18 +11,18 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from utils.draft.checkpoint import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, load_draft_checkpoint
-from utils.draft.modeling import DraftContextCache, load_reference_draft
+from utils.checkpoint.draft import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, load_draft_checkpoint
+from utils.engine.verification import StepRecord
+from utils.evaluation.pages import sample_pages
 from utils.files import sha256_file
-from utils.pages import sample_pages
+from utils.reference.modeling import DraftContextCache, load_reference_draft
 from utils.tiny import BUILD_STAMP, DistillConfig, TinyPairConfig, build_tiny_pair, default_pair
 from utils.tiny.__main__ import main as tiny_cli
 from utils.tiny.acceptance import confidence_auc, measure_acceptance, scored_positions
 from utils.tiny.anchor_forward import forward_anchor_blocks
 from utils.tiny.distill import distill_draft, frequent_vocabulary
-from utils.tiny.draft import build_tiny_draft
 from utils.tiny.distill_data import training_pages
-from utils.verification import StepRecord
+from utils.tiny.draft import build_tiny_draft
 
 ATOL = 1e-5  # float32: the same function, computed in another order
 SMALL = DistillConfig(pages=16, steps=60)  # the test's budget for the draft; the default trains on more, longer
@@ -69,7 +69,7 @@ def test_training_pages_never_show_a_line_of_the_held_out_pages():
     assert held_out
     from utils.tiny import distill_data
 
-    assert not held_out & set(distill_data._training_lines())
+    assert not held_out & set(distill_data.training_lines())
     first, again = training_pages(3, seed=4), training_pages(3, seed=4)
     assert [page.tobytes() for page in first] == [page.tobytes() for page in again]
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from utils.draft.checkpoint import (DRAFT_WEIGHTS, LOCAL_TO_TARGET, TargetSpec, check_draft_fits_target,
+from utils.checkpoint.config import DraftValidationError, DSparkConfig
+from utils.checkpoint.draft import (DRAFT_WEIGHTS, LOCAL_TO_TARGET, TargetSpec, check_draft_fits_target,
                                     load_draft_checkpoint)
-from utils.draft.config import DraftValidationError, DSparkConfig
 
 
 @pytest.fixture
@@ -56,7 +56,8 @@ def test_a_field_with_two_values_is_an_error(tiny_pair):
 
 def test_bf16_checkpoints_are_read(draft_copy):
     import torch
-    from safetensors.torch import load_file as load_torch, save_file as save_torch
+    from safetensors.torch import load_file as load_torch
+    from safetensors.torch import save_file as save_torch
 
     tensors = load_torch(str(draft_copy / DRAFT_WEIGHTS))
     halved = {name: (t if name == "d2t" else t.to(torch.bfloat16)) for name, t in tensors.items()}
@@ -170,7 +171,7 @@ def test_fields_a_published_config_leaves_out_are_read_from_the_tensors(tiny_pai
 
 
 def test_head_dim_comes_from_the_q_norm_weight_when_config_json_omits_it(tiny_pair):
-    from utils.draft.checkpoint import _complete_from_tensors
+    from utils.checkpoint.draft import _complete_from_tensors
 
     raw = json.loads((tiny_pair.draft / "config.json").read_text())
     raw.pop("head_dim")

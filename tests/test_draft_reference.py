@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import copy
+
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from utils.draft.checkpoint import TargetSpec
-from utils.draft.markov import dense_walk, propose, top_k_walk
-from utils.draft.modeling import DraftContextCache, load_reference_draft
+from utils.checkpoint.draft import TargetSpec
+from utils.reference.markov import dense_walk, propose, top_k_walk
+from utils.reference.modeling import DraftContextCache, load_reference_draft
 
 ATOL = 1e-5  # float32 reference against itself in another order of work
 
@@ -119,11 +120,12 @@ def test_top_k_walk_only_picks_candidates_from_the_top_k(draft):
 def test_confidence_is_the_sigmoid_of_the_head_on_hidden_and_previous_embedding(draft):
     hidden = _block(draft)
     proposal = propose(draft, hidden, anchor=11, num_tokens=4, markov_head_top_k=64)
-    previous = [11] + proposal.target_ids[:-1]
+    previous = [11, *proposal.target_ids[:-1]]
     features = torch.cat((hidden[0, :4], draft.markov_w1.weight[previous]), dim=-1)
     expected = torch.sigmoid(features @ draft.confidence_proj.weight[0] + draft.confidence_proj.bias[0])
     np.testing.assert_allclose(proposal.confidences, expected.numpy(), atol=1e-6)
-    assert proposal.target_ids == [int(draft.target_ids[i]) for i in proposal.draft_ids]
+    draft_ids, _ = top_k_walk(draft, draft.logits(hidden[0, :4]), anchor=11, top_k=64)
+    assert proposal.target_ids == tuple(int(draft.target_ids[i]) for i in draft_ids)
 
 
 @torch.no_grad()

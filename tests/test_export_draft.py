@@ -16,16 +16,16 @@ import pytest
 import torch
 from safetensors.numpy import load_file, save_file
 
-from utils.draft.checkpoint import DRAFT_WEIGHTS, LOCAL_TO_TARGET
-from utils.draft.config import DraftValidationError
-from utils.draft.markov import dense_walk, propose, top_k_walk
-from utils.draft.modeling import DraftContextCache, load_reference_draft
+from utils.checkpoint.config import DraftValidationError
+from utils.checkpoint.draft import DRAFT_WEIGHTS, LOCAL_TO_TARGET
+from utils.contract import DRAFT_MODEL, MARKOV_HEAD_MODEL, RT_INFO_KEYS, RT_INFO_NAMESPACE, read_d2t, read_draft_info
+from utils.engine.device import F32_PROPERTIES
+from utils.engine.draft import ContextCache, DraftModel, MarkovHead
 from utils.export import draft as draft_export
 from utils.export.__main__ import main as export_cli
 from utils.export.draft import export_draft
-from utils.runtime.device import F32_PROPERTIES
-from utils.runtime.draft import (DRAFT_MODEL, MARKOV_HEAD_MODEL, RT_INFO_KEYS, RT_INFO_NAMESPACE, ContextCache,
-                                 DraftModel, MarkovHead, read_d2t, read_draft_info)
+from utils.reference.markov import dense_walk, propose, top_k_walk
+from utils.reference.modeling import DraftContextCache, load_reference_draft
 from utils.tiny import TinyPairConfig, build_tiny_pair
 
 LOGITS_ATOL = 1e-4
@@ -141,9 +141,9 @@ def test_both_walks_and_confidences_match_the_reference(name, exported, referenc
             expected = propose(model, hidden, anchor=anchor, num_tokens=config.block_size, markov_head_top_k=top_k)
             token_ids, confidences = head.walk(logits.numpy(), hidden[0].numpy(), anchor=anchor,
                                                num_tokens=config.block_size, top_k=top_k)
-            assert token_ids.tolist() == expected.target_ids, (anchor, top_k)
+            assert tuple(token_ids.tolist()) == expected.target_ids, (anchor, top_k)
             np.testing.assert_allclose(confidences, expected.confidences, atol=CONFIDENCE_ATOL, rtol=0)
-            moved += expected.draft_ids != logits.argmax(-1).tolist()
+            moved += expected.target_ids != tuple(int(model.target_ids[i]) for i in logits.argmax(-1))
     assert moved, "the Markov head never changed a token: this test could not tell the walks from an argmax"
 
 
@@ -189,7 +189,7 @@ def test_backbone_then_markov_head_proposes_what_the_reference_proposes(exported
                                markov_head_top_k=model.config.markov_top_k)
         logits, hidden = runtime.forward_block(block.numpy(), context.numpy())
         token_ids, confidences = head.walk(logits, hidden, anchor=anchor, num_tokens=6)
-        assert token_ids.tolist() == expected.target_ids
+        assert tuple(token_ids.tolist()) == expected.target_ids
         np.testing.assert_allclose(confidences, expected.confidences, atol=CONFIDENCE_ATOL, rtol=0)
 
 
@@ -304,7 +304,7 @@ def test_a_draft_without_confidence_head_exports_a_head_without_confidences(tiny
     logits, hidden = _reference_block(model, seed=3)
     expected = propose(model, hidden, anchor=9, num_tokens=8, markov_head_top_k=64)
     token_ids, confidences = head.walk(logits.numpy(), hidden[0].numpy(), anchor=9, num_tokens=8)
-    assert (token_ids.tolist(), confidences, expected.confidences) == (expected.target_ids, None, None)
+    assert (tuple(token_ids.tolist()), confidences, expected.confidences) == (expected.target_ids, None, None)
     assert not head.info.confidence_head
 
 
@@ -345,7 +345,7 @@ def test_fp16_export_is_smaller_and_close_to_the_reference(fp16_export, exported
 def test_runtime_driver_runs_without_torch(exported, run_without_torch):
     run_without_torch(f"""
 import numpy as np
-from utils.runtime.draft import DraftModel, MarkovHead
+from utils.engine.draft import DraftModel, MarkovHead
 draft, head = DraftModel({str(exported['tiny'])!r}), MarkovHead({str(exported['tiny'])!r})
 logits, hidden = draft.forward_block(np.zeros((1, 8, 64), np.float32), np.ones((1, 3, 192), np.float32))
 token_ids, confidences = head.walk(logits, hidden, anchor=1, num_tokens=8)

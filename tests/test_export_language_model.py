@@ -12,11 +12,11 @@ import json
 import numpy as np
 import pytest
 
-from utils.draft.config import DSparkConfig
-from utils.export.language_model import (HIDDEN_STATES_RT_INFO_KEY, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_FILES,
-                                         export_language_model)
-from utils.runtime.device import F32_PROPERTIES
-from utils.runtime.language_model import LanguageModelSession, rebuild_recurrent_state
+from utils.checkpoint.config import DSparkConfig
+from utils.contract import HIDDEN_STATES_RT_INFO_KEY, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_FILES
+from utils.engine.device import F32_PROPERTIES
+from utils.engine.language_model import LanguageModelSession, rebuild_recurrent_state
+from utils.export.language_model import export_language_model
 
 TOLERANCE = 1e-4
 PREFILL_CHUNK = 16  # small, so that prompts span several chunks
@@ -258,7 +258,7 @@ def test_export_writes_the_variant_description(exported, hidden_layer_ids, sessi
     assert {name: spec["length"] for name, spec in description["variants"].items()} == {
         "prefill": PREFILL_CHUNK, "decode": 1, "verify": session.verify_length}
     assert description["variants"]["verify"]["rollback"] is True
-    assert session.timings.openvino_seconds > 0 and session.timings.host_seconds >= 0
+    assert session.clock.seconds > 0 and session.host_seconds >= 0 and session.call_clock.seconds > session.clock.seconds
 
 
 @pytest.mark.parametrize("options, message", [
@@ -286,4 +286,4 @@ def test_session_rejects_bad_calls(session, prompts):
 
 
 def test_driver_imports_neither_torch_nor_transformers(run_without_torch):
-    run_without_torch("import utils.runtime.language_model")
+    run_without_torch("import utils.engine.language_model")

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from utils.preprocessing import ChatPromptBuilder, ImagePreprocessor
-from utils.runtime.device import F32_PROPERTIES
-from utils.runtime.vision import TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME, TextEmbeddings, VisionEncoder, split_tiles
+from utils.contract import TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME
+from utils.engine.device import F32_PROPERTIES
+from utils.pipeline.preprocessing import ChatPromptBuilder, ImagePreprocessor
+from utils.pipeline.vision import TextEmbeddings, VisionEncoder, split_tiles
 
 FEATURES_ATOL = 1e-4
 FP16_ATOL = 1e-2
@@ -157,8 +158,8 @@ def test_tokenizer_ir_encodes_the_ocr_prompt_and_decodes_like_hf(tiny_pair, expo
 def test_runtime_path_imports_neither_torch_nor_transformers(export_folder, run_without_torch):
     run_without_torch(
         "import numpy as np\nfrom PIL import Image\n"
-        "from utils.preprocessing import ImagePreprocessor\n"
-        "from utils.runtime.vision import TextEmbeddings, VisionEncoder\n"
+        "from utils.pipeline.preprocessing import ImagePreprocessor\n"
+        "from utils.pipeline.vision import TextEmbeddings, VisionEncoder\n"
         f"folder = {str(export_folder)!r}\n"
         "inputs = ImagePreprocessor.from_pretrained(folder)(Image.new('RGB', (300, 200)))\n"
         "features = VisionEncoder(folder)(inputs.pixel_values, inputs.target_sizes)\n"

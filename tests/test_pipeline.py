@@ -8,12 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from oracle import NoisyAnswer
+from oracle import ORACLE_CASES, NoisyAnswer
+from utils.evaluation.pages import SAMPLE_PROMPTS as PROMPTS
+from utils.evaluation.pages import sample_pages
+from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
-from utils.pages import sample_pages
-from utils.runtime.pipeline import SpeculativeOcrPipeline
-
-PROMPTS = ("Text Recognition:", "Read all the text in the image.")
 PAGES = sample_pages()
 
 
@@ -35,19 +34,6 @@ def answer(pipelines):
         return tuple(baseline.generate(PAGES[page].image, PROMPTS[prompt], max_new_tokens=max_new_tokens).tokens)
 
     return run
-
-
-class OracleProposer(NoisyAnswer):
-    """The noisy answer as a pipeline `Proposer`."""
-
-    clocks = ()
-
-    def reset(self) -> None:
-        pass
-
-    def propose(self, anchor, new_context, *, num_tokens, top_k, timer, generated):
-        tokens, confidences = self.next_tokens(generated, num_tokens)
-        return tokens, np.array(confidences, np.float32)
 
 
 def _check_metrics(result, *, num_assistant_tokens):
@@ -73,18 +59,11 @@ def test_dspark_output_equals_target_only(pipelines, answer, page, prompt, num_a
     _check_metrics(result, num_assistant_tokens=num_assistant_tokens)
 
 
-ORACLE_CASES = [  # (page, prompt, oracle seed, error rate, num_assistant_tokens, max_new_tokens)
-    (3, 0, 0, 0.0, 8, 48), (4, 0, 1, 0.0, 5, 48), (5, 0, 2, 0.0, 7, 48), (6, 0, 3, 0.0, 4, 48),
-    (1, 1, 4, 0.0, 8, 48), (2, 1, 5, 0.2, 6, 48), (8, 1, 6, 0.2, 8, 48), (9, 1, 7, 0.3, 3, 48),
-    (0, 0, 8, 0.0, 8, 12), (7, 0, 9, 0.0, 5, 9), (0, 1, 10, 0.1, 8, 30), (2, 0, 11, 0.5, 8, 17),
-]
-
-
 @pytest.mark.parametrize("page, prompt, seed, error_rate, num_assistant_tokens, max_new_tokens", ORACLE_CASES)
 def test_partial_and_full_acceptance_equal_target_only(tiny_ir, answer, page, prompt, seed, error_rate,
                                                        num_assistant_tokens, max_new_tokens):
     expected = answer(page, prompt, max_new_tokens)
-    oracle = OracleProposer(expected, seed=seed, error_rate=error_rate)
+    oracle = NoisyAnswer(expected, seed=seed, error_rate=error_rate)
     pipeline = SpeculativeOcrPipeline(tiny_ir[0], device="CPU", precision="f32", proposer=oracle, block_size=8)
     result = pipeline.generate(PAGES[page].image, PROMPTS[prompt], max_new_tokens=max_new_tokens,
                                num_assistant_tokens=num_assistant_tokens)
@@ -95,16 +74,6 @@ def test_partial_and_full_acceptance_equal_target_only(tiny_ir, answer, page, pr
             [num_assistant_tokens + 1] * (result.metrics.num_steps - 2)
     else:
         assert any(0 < step.accepted < len(step.drafted) for step in result.metrics.steps)  # partial rollbacks
-
-
-def test_eos_and_the_budget_fall_inside_blocks_in_the_oracle_cases(answer):
-    eos_inside = budget_inside = False
-    for page, prompt, _, error_rate, k, budget in ORACLE_CASES:
-        tokens = answer(page, prompt, budget)
-        if error_rate == 0.0 and (len(tokens) - 1) % (k + 1) not in (0, k + 1):
-            eos_inside |= len(tokens) < budget
-            budget_inside |= len(tokens) == budget
-    assert eos_inside and budget_inside
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +105,7 @@ def test_streamed_text_is_the_final_text(pipelines, answer):
 def test_confidence_threshold_keeps_the_output(tiny_ir, answer):
     expected = answer(4, 0, 48)
     pipeline = SpeculativeOcrPipeline(tiny_ir[0], device="CPU", precision="f32", block_size=8,
-                                      proposer=OracleProposer(expected, seed=3, error_rate=0.1))
+                                      proposer=NoisyAnswer(expected, seed=3, error_rate=0.1))
     result = pipeline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=48, confidence_threshold=0.5)
     assert tuple(result.tokens) == expected
     assert any(len(step.drafted) < 8 for step in result.metrics.steps[1:])
@@ -212,7 +181,7 @@ def test_command_line_at_f32_gives_the_target_only_tokens_and_says_its_precision
 def test_stop_set_reads_every_eos_field_and_the_end_of_turn_token(tiny_pair, tmp_path):
     import shutil
 
-    from utils.runtime.pipeline import _eos_token_ids
+    from utils.pipeline.speculative_ocr import stop_token_ids
 
     folder = tmp_path / "target"
     shutil.copytree(tiny_pair.target, folder)
@@ -223,13 +192,13 @@ def test_stop_set_reads_every_eos_field_and_the_end_of_turn_token(tiny_pair, tmp
     config["eos_token_id"] = 11  # top level, as MiniCPM-V 4.6 writes it
     config["text_config"].pop("eos_token_id", None)
     (folder / "config.json").write_text(json.dumps(config))
-    assert _eos_token_ids(folder) == tuple(sorted({7, 9, 11, im_end}))
+    assert stop_token_ids(folder) == tuple(sorted({7, 9, 11, im_end}))
     (folder / "generation_config.json").unlink()
     config.pop("eos_token_id")
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "tokenizer.json").unlink()
     with pytest.raises(ValueError, match="never stop"):
-        _eos_token_ids(folder)
+        stop_token_ids(folder)
 
 
 def test_image_settings_that_overflow_the_context_are_refused_at_load(tiny_ir, tmp_path):
@@ -258,7 +227,7 @@ def test_int8_target_speculative_output_equals_its_target_only_output(tiny_ir, t
     baseline = SpeculativeOcrPipeline(int8, device="CPU", precision="f32")
     expected = tuple(baseline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=40).tokens)
     pipeline = SpeculativeOcrPipeline(int8, device="CPU", precision="f32", block_size=8,
-                                      proposer=OracleProposer(expected, seed=1, error_rate=0.2))
+                                      proposer=NoisyAnswer(expected, seed=1, error_rate=0.2))
     result = pipeline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=40)
     assert tuple(result.tokens) == expected
     assert any(0 < step.accepted < len(step.drafted) for step in result.metrics.steps)

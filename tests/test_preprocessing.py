@@ -1,4 +1,4 @@
-"""utils.preprocessing against transformers' MiniCPMOcrProcessor: grids, sizes, pixels, prompt ids, bad input.
+"""utils.pipeline.preprocessing against transformers' MiniCPMOcrProcessor: grids, sizes, pixels, prompt ids, bad input.
 
 Tolerance on `pixel_values`: PIL's bicubic and torchvision's antialiased bicubic round differently, so a value may
 differ by up to `MAX_LEVELS` uint8 levels (2/255 before normalisation; 0.0157 after it with std 0.5), on at most
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from utils.preprocessing import ChatPromptBuilder, ImagePreprocessor
+from utils.pipeline.preprocessing import ChatPromptBuilder, ImagePreprocessor
 
 MAX_LEVELS = 2
 MAX_DIFFERING_FRACTION = 0.02
@@ -108,7 +108,7 @@ SWITCHED_TEMPLATE = (  # the shape of Qwen3.5-family templates: thinking unless 
 
 
 def test_a_template_with_a_thinking_switch_is_rendered_in_non_thinking_mode_unless_asked(tiny_pair):
-    from utils.preprocessing.config import load_multimodal_tokens
+    from utils.pipeline.preprocessing.config import load_multimodal_tokens
 
     tokens = load_multimodal_tokens(tiny_pair.target)
     template = SWITCHED_TEMPLATE.replace("<image>", tokens.image_token)  # the one image token the template writes
@@ -223,7 +223,7 @@ def test_unsupported_settings_and_missing_files_are_named(tiny_pair, tmp_path):
 
 def test_preprocessing_imports_neither_torch_nor_transformers(tiny_pair, run_without_torch):
     run_without_torch(
-        "from PIL import Image\nfrom utils.preprocessing import ImagePreprocessor, ChatPromptBuilder\n"
+        "from PIL import Image\nfrom utils.pipeline.preprocessing import ImagePreprocessor, ChatPromptBuilder\n"
         f"folder = {str(tiny_pair.target)!r}\n"
         "image = ImagePreprocessor.from_pretrained(folder)(Image.new('RGB', (500, 300)))\n"
         "ChatPromptBuilder.from_pretrained(folder)([image.placeholder])\n"

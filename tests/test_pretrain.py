@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from utils.evaluation.pages import sample_pages
 from utils.files import sha256_file
-from utils.pages import sample_pages
 from utils.tiny import BUILD_STAMP, PretrainConfig, TinyPairConfig, build_tiny_pair
 from utils.tiny.__main__ import main as tiny_cli
 from utils.tiny.pretrain import answer_loss, ocr_example

@@ -9,7 +9,8 @@ import pytest
 
 from utils.tiny import BUILD_STAMP, SHIPPED_PAIR_DIR, DistillConfig, PretrainConfig, TinyPairConfig, default_pair
 from utils.tiny.acceptance import measure_acceptance
-from utils.tiny.manifest import HELD_OUT_MAX_NEW_TOKENS, HELD_OUT_WALKS as WALKS, MANIFEST, pair_files, read_manifest
+from utils.tiny.manifest import HELD_OUT_MAX_NEW_TOKENS, MANIFEST, pair_files, read_manifest
+from utils.tiny.manifest import HELD_OUT_WALKS as WALKS
 from utils.tiny.pair import build_stamp
 
 

@@ -7,15 +7,13 @@ import functools
 import pytest
 import torch
 
-from oracle import NoisyAnswer
+from oracle import ORACLE_CASES, NoisyAnswer
+from utils.checkpoint.draft import TargetSpec
+from utils.evaluation.pages import SAMPLE_PROMPTS as PROMPTS
+from utils.evaluation.pages import sample_pages
+from utils.reference.modeling import load_reference_draft
+from utils.reference.speculative import DSparkDrafter, TargetRunner, speculative_generate
 
-from utils.draft.checkpoint import TargetSpec
-from utils.draft.markov import DraftProposal
-from utils.draft.modeling import load_reference_draft
-from utils.draft.speculative import DSparkDrafter, TargetRunner, speculative_generate
-from utils.pages import sample_pages
-
-PROMPTS = ("Text Recognition:", "Read all the text in the image.")
 PAGES = sample_pages()
 
 
@@ -51,14 +49,6 @@ def case(models):
     return inputs, reference
 
 
-class OracleDrafter(NoisyAnswer):
-    """The noisy answer as a reference-loop `Drafter`."""
-
-    def propose(self, *, anchor, new_target_hidden, num_tokens, generated):
-        tokens, confidences = self.next_tokens(generated, num_tokens)
-        return DraftProposal(tokens, tokens, confidences)
-
-
 def _eos(target):
     return (target.generation_config.eos_token_id,)
 
@@ -87,20 +77,13 @@ def test_dspark_draft_output_equals_target_greedy(models, case, page, prompt, nu
     _check_bookkeeping(result, num_assistant_tokens)
 
 
-ORACLE_CASES = [  # (page, prompt, oracle seed, error rate, num_assistant_tokens, max_new_tokens)
-    (3, 0, 0, 0.0, 8, 48), (4, 0, 1, 0.0, 5, 48), (5, 0, 2, 0.0, 7, 48), (6, 0, 3, 0.0, 4, 48),
-    (1, 1, 4, 0.0, 8, 48), (2, 1, 5, 0.0, 6, 48), (8, 1, 6, 0.2, 8, 48), (9, 1, 7, 0.3, 3, 48),
-    (0, 0, 8, 0.0, 8, 12), (7, 0, 9, 0.0, 5, 9), (0, 1, 10, 0.1, 8, 30), (2, 0, 11, 0.5, 8, 17),
-]
-
-
 @pytest.mark.parametrize("page, prompt, seed, error_rate, num_assistant_tokens, max_new_tokens", ORACLE_CASES)
 def test_partial_and_full_acceptance_output_equals_target_greedy(models, case, page, prompt, seed, error_rate,
                                                                  num_assistant_tokens, max_new_tokens):
     target, _, _, runner = models
     inputs, reference = case
     answer = reference(page, prompt, max_new_tokens)
-    drafter = OracleDrafter(answer, seed=seed, error_rate=error_rate, vocab_size=target.config.text_config.vocab_size)
+    drafter = NoisyAnswer(answer, seed=seed, error_rate=error_rate, vocab_size=target.config.text_config.vocab_size)
     result = speculative_generate(runner, drafter, inputs(page, prompt), max_new_tokens=max_new_tokens,
                                   num_assistant_tokens=num_assistant_tokens, eos_token_ids=_eos(target))
     assert tuple(result.tokens) == answer
@@ -127,7 +110,7 @@ def test_confidence_threshold_keeps_the_output(models, case):
     target, _, _, runner = models
     inputs, reference = case
     answer = reference(4, 0, 48)
-    drafter = OracleDrafter(answer, seed=3, error_rate=0.1, vocab_size=target.config.text_config.vocab_size)
+    drafter = NoisyAnswer(answer, seed=3, error_rate=0.1, vocab_size=target.config.text_config.vocab_size)
     result = speculative_generate(runner, drafter, inputs(4, 0), max_new_tokens=48, num_assistant_tokens=8,
                                   eos_token_ids=_eos(target), confidence_threshold=0.5)
     assert tuple(result.tokens) == answer

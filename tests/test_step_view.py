@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from utils.step_view import side_by_side_html, step_views, steps_html
-from utils.verification import StepRecord
+from utils.engine.verification import StepRecord
+from utils.notebook.step_view import side_by_side_html, step_views, steps_html
 
 
 def _text(tokens):

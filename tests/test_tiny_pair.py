@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from utils.checkpoint.draft import DRAFT_WEIGHTS, EXPORT_AUDIT, LAYER_TENSORS, LOCAL_TO_TARGET
 from utils.files import sha256_file
 from utils.tiny import TinyPairConfig, build_tiny_pair
 from utils.tiny.__main__ import main as tiny_cli
-from utils.draft.checkpoint import DRAFT_WEIGHTS, EXPORT_AUDIT, LAYER_TENSORS, LOCAL_TO_TARGET
 from utils.tiny.tokenizer import MULTIMODAL_TOKENS
 
 PAIR_TOP_LEVEL_TENSORS = {

@@ -6,8 +6,8 @@ import datetime
 
 import pytest
 
-from utils.pages import sample_pages
-from utils.widgets import ocr_app, precision_widget
+from utils.evaluation.pages import sample_pages
+from utils.notebook.widgets import ocr_app, precision_widget
 
 
 def _controls(app):
@@ -42,7 +42,7 @@ def test_precision_widget_offers_exact_f32_first():
 
 
 def test_panel_previews_the_page_reads_it_and_is_usable_again(app, tiny_ir):
-    from utils.runtime.pipeline import SpeculativeOcrPipeline
+    from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
     controls = _controls(app)
     assert bytes(controls["preview"].value).startswith(b"\x89PNG")

@@ -76,26 +76,22 @@ def download_real_pair(models: Path | str | None = None) -> tuple[Path, Path]:
 
 def missing_target_files(folder: Path | str) -> list[str]:
     """Files an exported target folder lacks (empty when it is complete)."""
-    import json
-
-    from utils.export.tokenizer import DETOKENIZER_NAME, TOKENIZER_NAME
-    from utils.runtime.language_model import LANGUAGE_MODEL_CONFIG
-    from utils.runtime.vision import TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME
+    from utils.contract import (DETOKENIZER_NAME, LANGUAGE_MODEL_CONFIG, TEXT_EMBEDDINGS_NAME, TOKENIZER_NAME,
+                                VISION_EMBEDDINGS_NAME, LanguageModelConfig)
 
     folder = Path(folder)
     expected = [VISION_EMBEDDINGS_NAME, TEXT_EMBEDDINGS_NAME, LANGUAGE_MODEL_CONFIG, TOKENIZER_NAME, DETOKENIZER_NAME,
                 "config.json", "generation_config.json"]
     if (folder / LANGUAGE_MODEL_CONFIG).is_file():
-        variants = json.loads((folder / LANGUAGE_MODEL_CONFIG).read_text())["variants"].values()
-        expected += [variant["file"] for variant in variants]
+        expected += [variant.file for variant in LanguageModelConfig.read(folder).variants]
     expected += [name.replace(".xml", ".bin") for name in expected if name.endswith(".xml")]
     return [name for name in expected if not (folder / name).is_file()]
 
 
 def missing_draft_files(folder: Path | str) -> list[str]:
     """Files an exported draft folder lacks (empty when it is complete)."""
-    from utils.draft.checkpoint import LOCAL_TO_TARGET
-    from utils.runtime.draft import DRAFT_MODEL, MARKOV_HEAD_MODEL
+    from utils.checkpoint.draft import LOCAL_TO_TARGET
+    from utils.contract import DRAFT_MODEL, MARKOV_HEAD_MODEL
 
     expected = [DRAFT_MODEL, MARKOV_HEAD_MODEL, "config.json", LOCAL_TO_TARGET]
     expected += [name.replace(".xml", ".bin") for name in expected if name.endswith(".xml")]

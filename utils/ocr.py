@@ -16,7 +16,8 @@ import argparse
 import json
 import sys
 
-from utils.runtime.device import PRECISIONS
+from utils.engine.device import PRECISIONS
+from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
 __all__ = ["main"]
 
@@ -27,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", help="target IR folder (default: the shipped tiny pair, exported on first use)")
     parser.add_argument("--draft", help="draft IR folder, or 'none' for target-only decoding "
                                         "(default: the tiny draft when --target is not given)")
-    parser.add_argument("--prompt", default="Text Recognition:")
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--num-assistant-tokens", type=int, default=None, help="default: the draft's block size")
     parser.add_argument("--markov-head-top-k", type=int, default=None,
@@ -52,7 +53,7 @@ def _model_folders(args) -> tuple[str, str | None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from utils.runtime.pipeline import SpeculativeOcrPipeline
+    from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
     try:
         target, draft = _model_folders(args)

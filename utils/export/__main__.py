@@ -19,6 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from utils.contract import DRAFT_MODEL, MARKOV_HEAD_MODEL, WEIGHT_FORMATS
 from utils.files import folder_size
 
 __all__ = ["add_draft_command", "add_target_command", "main"]
@@ -70,13 +71,11 @@ def _add_common_arguments(parser, *, weight_formats: tuple[str, ...], model_help
 
 def add_target_command(subparsers) -> None:
     """Registers `target`: export a MiniCPM-OCR folder to OpenVINO IR."""
-    from utils.export.target import TARGET_WEIGHT_FORMATS
-
     parser = subparsers.add_parser("target", help="export a MiniCPM-OCR target to OpenVINO IR",
                                    description="Writes the vision, embedding and language-model IRs (with "
                                                "rollback for speculative decoding), the tokenizer IRs and the "
                                                "configs into DIR, atomically.")
-    _add_common_arguments(parser, weight_formats=TARGET_WEIGHT_FORMATS,
+    _add_common_arguments(parser, weight_formats=WEIGHT_FORMATS,
                           model_help="the MiniCPM-OCR folder (config.json, model.safetensors, tokenizer, ...)")
     parser.add_argument("--draft", help="the DSpark draft folder whose target layers and block size the IR serves")
     parser.add_argument("--hidden-layer-ids", type=int, nargs="+", help="target layers to output (default: the draft's)")
@@ -87,11 +86,9 @@ def add_target_command(subparsers) -> None:
 
 def add_draft_command(subparsers) -> None:
     """Registers `draft`: export a DSpark draft folder to OpenVINO IR."""
-    from utils.export.draft import WEIGHT_FORMATS
-
     parser = subparsers.add_parser("draft", help="export a DSpark draft (pruned vocabulary) to OpenVINO IR",
-                                   description="Validates the draft, then writes openvino_model.xml, "
-                                               "openvino_markov_head_model.xml, config.json and "
+                                   description=f"Validates the draft, then writes {DRAFT_MODEL}, "
+                                               f"{MARKOV_HEAD_MODEL}, config.json and "
                                                "local-to-target.json into DIR, atomically.")
     _add_common_arguments(parser, weight_formats=WEIGHT_FORMATS,
                           model_help="the draft folder (config.json, model.safetensors, ...)")

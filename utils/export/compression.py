@@ -38,6 +38,7 @@ stack rounding errors, so compression always starts from the uncompressed export
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import shutil
@@ -46,18 +47,14 @@ from pathlib import Path
 
 import openvino as ov
 
+from utils.contract import (COMPRESSED_FORMATS, DRAFT_MODEL, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_FILES, LOGITS,
+                            MARKOV_HEAD_MODEL, TARGET_MANIFEST, TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME,
+                            WEIGHT_COMPRESSION_KEY, WEIGHT_FORMAT_KEY, LanguageModelConfig, rt_info_path)
 from utils.files import atomic_directory
-from utils.runtime.draft import DRAFT_MODEL, MARKOV_HEAD_MODEL, RT_INFO_NAMESPACE
-from utils.runtime.language_model import LANGUAGE_MODEL_CONFIG
-from utils.runtime.vision import TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME
 
-__all__ = ["COMPRESSED_FORMATS", "CompressionConfig", "WeightInfo", "weight_constants", "head_weight",
-           "ir_weight_format", "compress_model", "compressed_files", "compress_folder"]
+__all__ = ["CompressionConfig", "WeightInfo", "weight_constants", "head_weight", "ir_weight_format",
+           "compress_model", "compressed_files", "compress_folder"]
 
-COMPRESSED_FORMATS = ("int8", "int4")
-WEIGHT_FORMAT_KEY = [RT_INFO_NAMESPACE, "weight_format"]
-SETTINGS_KEY = [RT_INFO_NAMESPACE, "weight_compression"]
-TARGET_MANIFEST = "openvino_target_export.json"  # the target export's description (`utils.export.target`)
 _INTEGER_TYPES = ("u8", "i8", "u4", "i4")
 _DECOMPRESSION_OPS = ("Convert", "Subtract", "Multiply", "Reshape")
 _WEIGHT_PORTS = {"MatMul": (0, 1), "Gather": (0,), "Convolution": (1,), "GroupConvolution": (1,)}
@@ -142,11 +139,11 @@ def weight_constants(model: ov.Model) -> list[WeightInfo]:
 def _head_matmul(model: ov.Model) -> ov.Node | None:
     """The MatMul that produces the `logits` output, or None when the model has no such output."""
     names = {name for output in model.outputs for name in output.get_names()}
-    if "logits" not in names:
+    if LOGITS not in names:
         return None
-    node = model.output("logits").get_node().input_value(0).get_node()
+    node = model.output(LOGITS).get_node().input_value(0).get_node()
     if node.get_type_name() != "MatMul":
-        raise ValueError(f"the 'logits' output comes from a {node.get_type_name()}, expected the lm_head MatMul")
+        raise ValueError(f"the '{LOGITS}' output comes from a {node.get_type_name()}, expected the lm_head MatMul")
     return node
 
 
@@ -159,7 +156,7 @@ def head_weight(model: ov.Model) -> WeightInfo:
     node = _head_matmul(model)
     constants = [] if node is None else [c for c in map(_weight_constant, node.input_values()) if c is not None]
     if not constants:
-        raise ValueError("the model has no 'logits' output computed by a MatMul with a constant weight")
+        raise ValueError(f"the model has no '{LOGITS}' output computed by a MatMul with a constant weight")
     name = constants[0].get_friendly_name()
     return next(info for info in weight_constants(model) if info.name == name)
 
@@ -168,7 +165,7 @@ def ir_weight_format(file_name: str, weight_format: str) -> str:
     """What `weight_format` means for one IR file: INT4 only for the transformer IRs, INT8 for the rest."""
     if weight_format not in COMPRESSED_FORMATS:
         raise ValueError(f"weight_format={weight_format!r} must be one of {COMPRESSED_FORMATS}")
-    transformer = file_name == DRAFT_MODEL or file_name.startswith("openvino_language_model_")
+    transformer = file_name == DRAFT_MODEL or file_name in LANGUAGE_MODEL_FILES.values()
     return weight_format if transformer else "int8"
 
 
@@ -230,15 +227,16 @@ def compress_model(model: ov.Model, *, weight_format: str, config: CompressionCo
         model = _compress_int8_everywhere(model, nncf)
     settings = {"int8": {"mode": "int8_asym"},
                 "int4": {"mode": "int4_asym", **asdict(config), "head": "int8_asym", "others": "int8_asym"}}
-    model.set_rt_info(weight_format, WEIGHT_FORMAT_KEY)
-    model.set_rt_info(json.dumps(settings[weight_format]), SETTINGS_KEY)
+    model.set_rt_info(weight_format, rt_info_path(WEIGHT_FORMAT_KEY))
+    model.set_rt_info(json.dumps(settings[weight_format]), rt_info_path(WEIGHT_COMPRESSION_KEY))
     return model
 
 
 def _check_uncompressed(model: ov.Model, *, source: str) -> None:
-    if model.has_rt_info(WEIGHT_FORMAT_KEY):
-        recorded = model.get_rt_info(WEIGHT_FORMAT_KEY).astype(str)
-        raise ValueError(f"{source} already has {recorded} weights (rt_info '{'/'.join(WEIGHT_FORMAT_KEY)}'); "
+    key = rt_info_path(WEIGHT_FORMAT_KEY)
+    if model.has_rt_info(key):
+        recorded = model.get_rt_info(key).astype(str)
+        raise ValueError(f"{source} already has {recorded} weights (rt_info '{'/'.join(key)}'); "
                          f"compress the uncompressed (fp32) export instead: compressing twice stacks rounding errors")
     integer = sorted({info.element_type for info in weight_constants(model)} & set(_INTEGER_TYPES))
     if integer:
@@ -256,18 +254,20 @@ def compressed_files(folder: Path | str) -> tuple[str, ...]:
     if (folder / DRAFT_MODEL).is_file():
         return DRAFT_MODEL, MARKOV_HEAD_MODEL
     if (folder / LANGUAGE_MODEL_CONFIG).is_file():
-        variants = json.loads((folder / LANGUAGE_MODEL_CONFIG).read_text())["variants"]
-        return (VISION_EMBEDDINGS_NAME, TEXT_EMBEDDINGS_NAME, *(spec["file"] for spec in variants.values()))
+        variants = LanguageModelConfig.read(folder).variants
+        return (VISION_EMBEDDINGS_NAME, TEXT_EMBEDDINGS_NAME, *(variant.file for variant in variants))
     raise ValueError(f"{folder} is neither a draft export ({DRAFT_MODEL}) nor a target export "
                      f"({LANGUAGE_MODEL_CONFIG}); export it first with python -m utils.export")
 
 
 def _record_format_in_manifests(folder: Path, weight_format: str) -> None:
     """The target's JSON descriptions name the weight format too; the draft has only rt_info."""
-    for path in (folder / LANGUAGE_MODEL_CONFIG, folder / TARGET_MANIFEST):
-        if path.is_file():
-            description = json.loads(path.read_text())
-            path.write_text(json.dumps(description | {"weight_format": weight_format}, indent=2) + "\n")
+    if (folder / LANGUAGE_MODEL_CONFIG).is_file():
+        dataclasses.replace(LanguageModelConfig.read(folder), weight_format=weight_format).write(folder)
+    manifest = folder / TARGET_MANIFEST
+    if manifest.is_file():
+        description = json.loads(manifest.read_text())
+        manifest.write_text(json.dumps(description | {"weight_format": weight_format}, indent=2) + "\n")
 
 
 def compress_folder(source: Path | str, out: Path | str, *, weight_format: str,

@@ -17,7 +17,7 @@ reference loader, then writes, atomically (a temporary folder moved into place w
         present_key.{i}   f32 [1, N, Hkv, D]   keys of the new context only; the runtime appends them
         present_value.{i} f32 [1, N, Hkv, D]
     B, N and C are dynamic (N and C may be 0). K/V are sequence-major, so a runtime keeps them in
-    preallocated buffers and passes the cached prefix without a copy (`utils.runtime.draft.ContextCache`).
+    preallocated buffers and passes the cached prefix without a copy (the runtime's `ContextCache`).
 
 `MARKOV_HEAD_MODEL` (openvino_markov_head_model.xml), both Markov computations and the confidence head,
     built op by op (`utils.export.markov_head`):
@@ -60,18 +60,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from utils.draft.checkpoint import LOCAL_TO_TARGET, DraftCheckpoint, load_draft_checkpoint
-from utils.draft.config import DRAFT_CONFIG, DraftValidationError
-from utils.draft.modeling import DSparkDraftModel, rope_cos_sin
-from utils.export.compression import COMPRESSED_FORMATS, compress_model, ir_weight_format
+from utils.checkpoint.config import DRAFT_CONFIG, DraftValidationError
+from utils.checkpoint.draft import LOCAL_TO_TARGET, DraftCheckpoint, load_draft_checkpoint
+from utils.contract import (COMPRESSED_FORMATS, D2T, DRAFT_MODEL, HIDDEN_STATES, INPUTS_EMBEDS, LAST_HIDDEN_STATE,
+                            LOGITS, MARKOV_HEAD_MODEL, POSITION_IDS, WEIGHT_FORMATS, DraftInfo, past_key, past_value,
+                            present_key, present_value, write_draft_info)
+from utils.export.compression import compress_model, ir_weight_format
 from utils.export.markov_head import MarkovHeadWeights, build_markov_head
 from utils.files import atomic_directory
-from utils.runtime.draft import DRAFT_MODEL, MARKOV_HEAD_MODEL, RT_INFO_NAMESPACE, DraftInfo
+from utils.reference.modeling import DSparkDraftModel, rope_cos_sin
 
-__all__ = ["DRAFT_MODEL", "MARKOV_HEAD_MODEL", "WEIGHT_FORMATS", "DraftBackboneWithCache", "draft_info",
-           "convert_backbone", "convert_markov_head", "export_draft"]
-
-WEIGHT_FORMATS = ("fp32", "fp16", *COMPRESSED_FORMATS)
+__all__ = ["DraftBackboneWithCache", "draft_info", "convert_backbone", "convert_markov_head", "export_draft"]
 
 
 class DraftBackboneWithCache(nn.Module):
@@ -133,7 +132,7 @@ def convert_backbone(model: DSparkDraftModel, d2t: np.ndarray):
     config = model.config
     hidden, layers = config.hidden_size, config.num_hidden_layers
     kv_shape = (config.num_key_value_heads, config.head_dim)
-    past_names = [f"past_{kind}.{i}" for i in range(layers) for kind in ("key", "value")]
+    past_names = [name for i in range(layers) for name in (past_key(i), past_value(i))]
     context_width, new_len, cached = len(config.target_layer_ids) * hidden, 3, 2  # example sizes; all dynamic
     example = (torch.zeros(1, config.block_size, hidden), torch.zeros(1, new_len, context_width),
                torch.arange(cached, cached + new_len + config.block_size)[None],
@@ -143,11 +142,11 @@ def convert_backbone(model: DSparkDraftModel, d2t: np.ndarray):
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch.jit.trace is what ov.convert_model uses
         ov_model = ov.convert_model(DraftBackboneWithCache(model).eval(), example_input=example, input=shapes)
-    _name_ports(ov_model.inputs, ["inputs_embeds", "hidden_states", "position_ids", *past_names])
-    _name_ports(ov_model.outputs, ["logits", "last_hidden_state",
-                                   *[name.replace("past_", "present_") for name in past_names]])
+    _name_ports(ov_model.inputs, [INPUTS_EMBEDS, HIDDEN_STATES, POSITION_IDS, *past_names])
+    _name_ports(ov_model.outputs, [LOGITS, LAST_HIDDEN_STATE,
+                                   *[name for i in range(layers) for name in (present_key(i), present_value(i))]])
     d2t_result = ops.result(ops.constant(np.asarray(d2t, dtype=np.int64)))
-    d2t_result.output(0).get_tensor().set_names({"d2t"})
+    d2t_result.output(0).get_tensor().set_names({D2T})
     ov_model.add_results([d2t_result])
     return ov_model
 
@@ -173,11 +172,6 @@ def _load_checked(source: Path) -> tuple[DraftCheckpoint, DSparkDraftModel]:
         raise DraftValidationError(f"{source / DRAFT_CONFIG}: the draft has no lm_head of its own (it shares the "
                                    f"target's); this exporter handles drafts with their own lm_head")
     return checkpoint, DSparkDraftModel.from_checkpoint(checkpoint)
-
-
-def _set_rt_info(ov_model, info: DraftInfo) -> None:
-    for key, value in info.to_rt_info().items():
-        ov_model.set_rt_info(value, [RT_INFO_NAMESPACE, key])
 
 
 def _copy_source_files(checkpoint: DraftCheckpoint, folder: Path) -> None:
@@ -220,7 +214,7 @@ def export_draft(source: Path | str, out: Path | str, *, weight_format: str = "f
                                (MARKOV_HEAD_MODEL, convert_markov_head(checkpoint))):
             if weight_format in COMPRESSED_FORMATS:
                 ov_model = compress_model(ov_model, weight_format=ir_weight_format(name, weight_format))
-            _set_rt_info(ov_model, info)
+            write_draft_info(ov_model, info)
             ov.save_model(ov_model, staging / name, compress_to_fp16=weight_format == "fp16")
         _copy_source_files(checkpoint, staging)
     return out

@@ -7,8 +7,8 @@ differences that matter for export:
   (I + L)^-1 = (I - L)(I + L^2)(I + L^4)..., which is exact because L is strictly lower triangular
   (nilpotent), needs only matmuls, and for chunks of up to 16 tokens takes four factors.
 - It returns the per-token state corrections `delta` ("v_new" in HF; the beta-scaled prediction error of
-  each token), which is what lets a runtime rebuild the recurrent state after any prefix (see
-  `utils.runtime.language_model`).
+  each token), which is what lets a runtime rebuild the recurrent state after any prefix (see the runtime's
+  `rebuild_recurrent_state`).
 - The sequence length is static (the chunk loop unrolls at trace time); the last chunk may be shorter.
 
 Shape symbols:

@@ -9,7 +9,7 @@ once per static token count S (a traced Python loop freezes S; only the past len
 - `decode`: S = 1.
 - `verify`: S = `verify_length` (anchor + drafts); logits of every position, plus the **rollback terms**.
 
-Inputs (`{i}` is the decoder layer index):
+Inputs (`{i}` is the decoder layer index; every name is defined in `utils.contract`):
     inputs_embeds [1, S, H] f32; position_ids [1, S] i64; attention_mask [1, S] i64 (1 = token, 0 = pad);
     full attention: past_key.{i}, past_value.{i} [1, P, Hkv, D] (sequence-major, so a prefix of a
     preallocated buffer is one contiguous block); linear attention: past_conv_state.{i} [1, C, W-1],
@@ -26,7 +26,7 @@ Rollback to the first n tokens of a block, without re-running them:
     K/V: keep present_key/value[:, :n]. Conv state: present_conv_window[:, :, n : n + W - 1].
     Recurrent state: the gated delta rule is linear in the state, so from the state S_0 before the block,
     S_n = exp(G_n) S_0 + sum_{t<=n} exp(G_n - G_t) k_t delta_t^T
-    (numpy, `utils.runtime.language_model.rebuild_recurrent_state`). This costs a few small outputs per
+    (numpy, the runtime's `rebuild_recurrent_state`). This costs a few small outputs per
     layer instead of S full states (DESIGN sec. 5: ~300 MB per verify step at real size).
 
 rt_info `hidden_states_decoder_layers` (the key optimum-intel writes for DFlash/Eagle-3 targets):
@@ -41,51 +41,30 @@ Shape symbols:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from utils.checkpoint.config import check_layer_ids
+from utils.contract import (ATTENTION_MASK, COMPRESSED_FORMATS, HIDDEN_STATES, HIDDEN_STATES_RT_INFO_KEY, INPUTS_EMBEDS,
+                            LOGITS, POSITION_IDS, WEIGHT_FORMATS, LanguageModelConfig, LanguageModelVariant,
+                            past_conv_state, past_key, past_recurrent_state, past_value, present_conv_window,
+                            present_key, present_recurrent_state, present_value, rollback_delta, rollback_key,
+                            rollback_log_decay)
 from utils.export.gated_delta import DEFAULT_CHUNK_SIZE, chunk_gated_delta_rule
-from utils.runtime.language_model import LANGUAGE_MODEL_CONFIG
 
 __all__ = [
-    "LANGUAGE_MODEL_CONFIG",
-    "LANGUAGE_MODEL_FILES",
-    "HIDDEN_STATES_RT_INFO_KEY",
-    "WEIGHT_FORMATS",
-    "LanguageModelVariant",
     "TextModelWithState",
     "language_model_variants",
     "convert_language_model",
     "compress_weights",
     "export_language_model",
 ]
-
-LANGUAGE_MODEL_FILES = {
-    "prefill": "openvino_language_model_prefill.xml",
-    "decode": "openvino_language_model_decode.xml",
-    "verify": "openvino_language_model_verify.xml",
-}
-HIDDEN_STATES_RT_INFO_KEY = "hidden_states_decoder_layers"
-WEIGHT_FORMATS = ("fp32", "fp16", "int8", "int4")
-FORMAT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class LanguageModelVariant:
-    """One IR: a static token count and what it outputs."""
-
-    name: str
-    length: int
-    all_logits: bool
-    rollback: bool
 
 
 def language_model_variants(*, prefill_chunk: int, verify_length: int,
@@ -275,24 +254,23 @@ class TextModelWithState(nn.Module):
         for index, (mixer, kind) in enumerate(zip(self.mixers, self.layer_types)):
             if kind == "full_attention":
                 shape = [1, -1, mixer.num_kv_heads, mixer.head_dim]
-                specs += [(f"past_key.{index}", shape), (f"past_value.{index}", shape)]
+                specs += [(past_key(index), shape), (past_value(index), shape)]
             else:
                 linear = mixer.linear
-                specs += [(f"past_conv_state.{index}", [1, linear.conv_dim, linear.conv_kernel_size - 1]),
-                          (f"past_recurrent_state.{index}",
-                           [1, linear.num_v_heads, linear.head_k_dim, linear.head_v_dim])]
+                specs += [(past_conv_state(index), [1, linear.conv_dim, linear.conv_kernel_size - 1]),
+                          (past_recurrent_state(index), [1, linear.num_v_heads, linear.head_k_dim, linear.head_v_dim])]
         return specs
 
     def output_names(self) -> list[str]:
         """Names of the outputs, in forward order (without the annotation outputs)."""
-        names = ["logits", "hidden_states"]
+        names = [LOGITS, HIDDEN_STATES]
         for index, kind in enumerate(self.layer_types):
             if kind == "full_attention":
-                names += [f"present_key.{index}", f"present_value.{index}"]
+                names += [present_key(index), present_value(index)]
             else:
-                names += [f"present_conv_window.{index}", f"present_recurrent_state.{index}"]
+                names += [present_conv_window(index), present_recurrent_state(index)]
                 if self.variant.rollback:
-                    names += [f"rollback_key.{index}", f"rollback_delta.{index}", f"rollback_log_decay.{index}"]
+                    names += [rollback_key(index), rollback_delta(index), rollback_log_decay(index)]
         return names
 
 
@@ -345,7 +323,7 @@ def convert_language_model(model: nn.Module, *, variant: LanguageModelVariant, h
                                            zip(shapes, [ov.Type.f32, ov.Type.i64, ov.Type.i64]
                                                + [ov.Type.f32] * len(wrapper.state_specs()))])
     annotation = _annotate_decoder_layers(ov_model, len(wrapper.layers))
-    input_names = ["inputs_embeds", "position_ids", "attention_mask"] + [name for name, _ in wrapper.state_specs()]
+    input_names = [INPUTS_EMBEDS, POSITION_IDS, ATTENTION_MASK] + [name for name, _ in wrapper.state_specs()]
     for port, name in zip(ov_model.inputs, input_names):
         port.get_tensor().set_names({name})
     for port, name in zip(ov_model.outputs, wrapper.output_names()):
@@ -354,24 +332,12 @@ def convert_language_model(model: nn.Module, *, variant: LanguageModelVariant, h
     return ov_model
 
 
-def _validate_layer_ids(hidden_layer_ids, num_layers: int) -> list[int]:
-    layer_ids = [int(layer_id) for layer_id in hidden_layer_ids]
-    if not layer_ids:
-        raise ValueError("hidden_layer_ids must name at least one decoder layer")
-    if len(set(layer_ids)) != len(layer_ids):
-        raise ValueError(f"hidden_layer_ids={layer_ids} repeats a layer")
-    for layer_id in layer_ids:
-        if not 0 <= layer_id < num_layers:
-            raise ValueError(f"hidden layer id {layer_id} is out of range [0, {num_layers - 1}]")
-    return layer_ids
-
-
 def compress_weights(ov_model, weight_format: str):
     """NNCF weights for "int8" and "int4" (`utils.export.compression.compress_model`); fp32 and fp16 unchanged.
 
     fp16 is a save option (`compress_to_fp16`); under INT4 the lm_head stays INT8.
     """
-    from utils.export.compression import COMPRESSED_FORMATS, compress_model
+    from utils.export.compression import compress_model
 
     if weight_format not in WEIGHT_FORMATS:
         raise ValueError(f"weight_format={weight_format!r} must be one of {WEIGHT_FORMATS}")
@@ -391,7 +357,7 @@ def export_language_model(
     rollback_outputs: bool = True,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> dict:
-    """Writes the prefill, decode and verify IRs and `openvino_language_model_config.json` into `out_dir`.
+    """Writes the prefill, decode and verify IRs and their `LanguageModelConfig` into `out_dir`.
 
     `out_dir` must exist (the caller makes the folder atomic, e.g. with `utils.files.atomic_directory`).
 
@@ -406,7 +372,7 @@ def export_language_model(
         chunk_size: tokens per chunk of the gated delta rule inside the graphs.
 
     Returns:
-        The config written to `openvino_language_model_config.json` (plus `export_seconds`).
+        The config as written (`LanguageModelConfig.to_json`), plus `export_seconds`.
     """
     import openvino as ov
 
@@ -417,25 +383,17 @@ def export_language_model(
         raise ValueError(f"weight_format={weight_format!r} must be one of {WEIGHT_FORMATS}")
     language_model, _ = _text_parts(model)
     config = language_model.config
-    layer_ids = _validate_layer_ids(hidden_layer_ids, config.num_hidden_layers)
+    layer_ids = check_layer_ids(hidden_layer_ids, field="hidden_layer_ids", num_layers=config.num_hidden_layers)
     variants = language_model_variants(prefill_chunk=prefill_chunk, verify_length=verify_length,
                                        rollback_outputs=rollback_outputs)
     start = time.perf_counter()
     for variant in variants:
-        ov_model = compress_weights(convert_language_model(model, variant=variant, hidden_layer_ids=layer_ids,
+        ov_model = compress_weights(convert_language_model(model, variant=variant, hidden_layer_ids=list(layer_ids),
                                                     chunk_size=chunk_size), weight_format)
-        ov.save_model(ov_model, out_dir / LANGUAGE_MODEL_FILES[variant.name],
-                      compress_to_fp16=weight_format == "fp16")
+        ov.save_model(ov_model, out_dir / variant.file, compress_to_fp16=weight_format == "fp16")
         del ov_model
-    description = {
-        "format_version": FORMAT_VERSION,
-        "weight_format": weight_format,
-        "hidden_size": config.hidden_size,
-        "vocab_size": config.vocab_size,
-        "hidden_layer_ids": layer_ids,
-        "layer_types": list(config.layer_types),
-        "variants": {variant.name: {"file": LANGUAGE_MODEL_FILES[variant.name], **dataclasses.asdict(variant)}
-                     for variant in variants},
-    }
-    (out_dir / LANGUAGE_MODEL_CONFIG).write_text(json.dumps(description, indent=2) + "\n")
-    return {**description, "export_seconds": round(time.perf_counter() - start, 2)}
+    description = LanguageModelConfig(weight_format=weight_format, hidden_size=config.hidden_size,
+                                      vocab_size=config.vocab_size, hidden_layer_ids=layer_ids,
+                                      layer_types=tuple(config.layer_types), variants=variants)
+    description.write(out_dir)
+    return {**description.to_json(), "export_seconds": round(time.perf_counter() - start, 2)}

@@ -25,6 +25,8 @@ import numpy as np
 import openvino as ov
 from openvino import opset15 as ops
 
+from utils.contract import ANCHOR_TOKEN_ID, CONFIDENCES, LAST_HIDDEN_STATE, LOGITS, TOKEN_IDS, TOP_K
+
 __all__ = ["MarkovHeadWeights", "build_markov_head"]
 
 
@@ -75,8 +77,8 @@ def _walk(anchor: ov.Node, weights: MarkovHeadWeights, block_size: int, choose) 
 
 
 def _dense_body(weights: MarkovHeadWeights, *, block_size: int, draft_vocab_size: int) -> ov.Model:
-    logits = ops.parameter([block_size, draft_vocab_size], ov.Type.f32, name="logits")
-    anchor = ops.parameter([1], ov.Type.i64, name="anchor_token_id")
+    logits = ops.parameter([block_size, draft_vocab_size], ov.Type.f32, name=LOGITS)
+    anchor = ops.parameter([1], ov.Type.i64, name=ANCHOR_TOKEN_ID)
     w1, w2 = _const(weights.markov_w1), _const(weights.markov_w2)
     all_ids = _const(np.arange(draft_vocab_size, dtype=np.int64))
 
@@ -89,9 +91,9 @@ def _dense_body(weights: MarkovHeadWeights, *, block_size: int, draft_vocab_size
 
 
 def _top_k_body(weights: MarkovHeadWeights, *, block_size: int, draft_vocab_size: int) -> ov.Model:
-    logits = ops.parameter([block_size, draft_vocab_size], ov.Type.f32, name="logits")
-    anchor = ops.parameter([1], ov.Type.i64, name="anchor_token_id")
-    top_k = ops.parameter([], ov.Type.i64, name="top_k")
+    logits = ops.parameter([block_size, draft_vocab_size], ov.Type.f32, name=LOGITS)
+    anchor = ops.parameter([1], ov.Type.i64, name=ANCHOR_TOKEN_ID)
+    top_k = ops.parameter([], ov.Type.i64, name=TOP_K)
     k = ops.minimum(top_k, _const(np.int64(draft_vocab_size)))
     candidates = ops.topk(logits, k, axis=1, mode="max", sort="value", index_element_type="i64", stable=False)
     values, ids = candidates.output(0), candidates.output(1)  # [B, K] each
@@ -133,9 +135,9 @@ def build_markov_head(weights: MarkovHeadWeights, *, block_size: int, hidden_siz
         The model, not yet saved.
     """
     draft_vocab_size = weights.markov_w2.shape[0]
-    logits = ops.parameter([block_size, draft_vocab_size], ov.Type.f32, name="logits")
-    anchor = ops.parameter([1], ov.Type.i64, name="anchor_token_id")
-    top_k = ops.parameter([], ov.Type.i64, name="top_k")
+    logits = ops.parameter([block_size, draft_vocab_size], ov.Type.f32, name=LOGITS)
+    anchor = ops.parameter([1], ov.Type.i64, name=ANCHOR_TOKEN_ID)
+    top_k = ops.parameter([], ov.Type.i64, name=TOP_K)
     sizes = {"block_size": block_size, "draft_vocab_size": draft_vocab_size}
     top_k_body, dense_body = _top_k_body(weights, **sizes), _dense_body(weights, **sizes)
     choice = ops.if_op(ops.greater(top_k, _const(np.int64(0))).output(0))
@@ -146,14 +148,14 @@ def build_markov_head(weights: MarkovHeadWeights, *, block_size: int, hidden_siz
     choice.set_input(top_k.output(0), top_k_body.parameters[2], None)
     walked = choice.set_output(top_k_body.results[0], dense_body.results[0])
     token_ids = ops.result(walked)
-    token_ids.output(0).get_tensor().set_names({"token_ids"})
+    token_ids.output(0).get_tensor().set_names({TOKEN_IDS})
     results, parameters = [token_ids], [logits, anchor, top_k]
     if weights.confidence_weight is not None:
-        hidden = ops.parameter([block_size, hidden_size], ov.Type.f32, name="last_hidden_state")
+        hidden = ops.parameter([block_size, hidden_size], ov.Type.f32, name=LAST_HIDDEN_STATE)
         previous = ops.concat([anchor, ops.slice(walked, _const(np.array([0])), _const(np.array([block_size - 1])),
                                                  _const(np.array([1])))], 0)
         confidences = ops.result(_confidences(hidden, previous, weights))
-        confidences.output(0).get_tensor().set_names({"confidences"})
+        confidences.output(0).get_tensor().set_names({CONFIDENCES})
         results.append(confidences)
         parameters.append(hidden)
     for parameter in parameters:

@@ -21,12 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from utils.export.compression import COMPRESSED_FORMATS, TARGET_MANIFEST, compress_folder
+from utils.contract import COMPRESSED_FORMATS, TARGET_MANIFEST, WEIGHT_FORMATS
+from utils.export.compression import compress_folder
 from utils.files import atomic_directory
 
-__all__ = ["TARGET_MANIFEST", "TARGET_WEIGHT_FORMATS", "export_target"]
+__all__ = ["export_target"]
 
-TARGET_WEIGHT_FORMATS = ("fp32", "fp16", *COMPRESSED_FORMATS)
 # Copied from the source when present; the chat template files too, since a template that lives only there
 # (not in tokenizer_config.json) would otherwise be lost, and with it the non-thinking switch.
 _COPIED = ("config.json", "generation_config.json", "chat_template.jinja", "chat_template.json")
@@ -45,7 +45,7 @@ def _check_source(source: Path) -> dict:
 def _layer_ids_and_verify_length(source: Path, draft: Path | None, hidden_layer_ids, verify_length
                                  ) -> tuple[list[int], int]:
     if draft is not None:
-        from utils.draft.checkpoint import TargetSpec, check_draft_fits_target, load_draft_checkpoint
+        from utils.checkpoint.draft import TargetSpec, check_draft_fits_target, load_draft_checkpoint
 
         checkpoint = load_draft_checkpoint(draft)
         check_draft_fits_target(checkpoint, TargetSpec.from_folder(source))
@@ -86,8 +86,8 @@ def export_target(source: Path | str, out: Path | str, *, draft: Path | str | No
     from utils.export.vision import export_text_embeddings, export_vision_embeddings
 
     source, out = Path(source), Path(out)
-    if weight_format not in TARGET_WEIGHT_FORMATS:
-        raise ValueError(f"weight_format={weight_format!r} must be one of {TARGET_WEIGHT_FORMATS}")
+    if weight_format not in WEIGHT_FORMATS:
+        raise ValueError(f"weight_format={weight_format!r} must be one of {WEIGHT_FORMATS}")
     _check_source(source)
     if out.exists() and not overwrite:  # fail before minutes of conversion, not after them
         raise FileExistsError(f"{out} already exists; pass overwrite=True to replace it")

@@ -1,7 +1,7 @@
 """The target's tokenizer -> openvino-tokenizers IR, loadable with `openvino_genai.Tokenizer(folder)`.
 
 The HF tokenizer files, the chat template and the processor configs are written beside the IR, so the export
-folder is complete for GenAI, for transformers and for `utils.preprocessing` (which reads the image-processor
+folder is complete for GenAI, for transformers and for the runtime's preprocessing (which reads the image-processor
 settings, the token strings and the template from it).
 """
 
@@ -10,11 +10,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-__all__ = ["TOKENIZER_NAME", "DETOKENIZER_NAME", "PROCESSOR_FILES", "export_tokenizer"]
+from utils.contract import DETOKENIZER_NAME, TOKENIZER_NAME
 
-# The names openvino_genai.Tokenizer looks for.
-TOKENIZER_NAME = "openvino_tokenizer.xml"
-DETOKENIZER_NAME = "openvino_detokenizer.xml"
+__all__ = ["PROCESSOR_FILES", "export_tokenizer"]
+
 # Image-processor settings copied as they are (whichever the source has).
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 

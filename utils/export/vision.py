@@ -5,7 +5,7 @@ each tile in a Python loop over `target_sizes`; a traced graph freezes both. One
 sequence would need a block-diagonal attention mask, quadratic in all patches of all tiles (for the real model,
 10 tiles of 32 x 32 patches and 16 heads: about 6.7 GB in fp32). So the vision IR takes a batch of tiles that
 share one patch grid (the slices of an image always do) with the height, width and batch dynamic, and
-`utils.runtime.vision.VisionEncoder` feeds it the overview and the slices of a `PreprocessedImage` in order.
+the runtime's `VisionEncoder` feeds it the overview and the slices of a `PreprocessedImage` in order.
 
 Vision IR `VISION_EMBEDDINGS_NAME`:
     pixel_values  f32 [B, 3, p, h * w * p]  B tiles of h x w patches, NaViT-packed (`reshape_by_patch`)
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from utils.runtime.vision import TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME
+from utils.contract import (IMAGE_FEATURES, INPUT_IDS, INPUTS_EMBEDS, PIXEL_VALUES, TARGET_SIZES, TEXT_EMBEDDINGS_NAME,
+                            VISION_EMBEDDINGS_NAME)
 
-__all__ = ["VISION_EMBEDDINGS_NAME", "TEXT_EMBEDDINGS_NAME", "VisionEmbeddingsWrapper", "export_vision_embeddings",
-           "export_text_embeddings"]
+__all__ = ["VisionEmbeddingsWrapper", "export_vision_embeddings", "export_text_embeddings"]
 
 
 def _merge_windows(features: torch.Tensor, height: torch.Tensor, width: torch.Tensor,
@@ -126,12 +126,11 @@ def export_vision_embeddings(model, out: Path | str, *, compress_to_fp16: bool =
     wrapper = VisionEmbeddingsWrapper(model).eval()
     patch = model.config.vision_config.patch_size
     grid = [2 * size for size in model.config.merge_kernel_size]
-    example = {"pixel_values": torch.zeros(2, model.config.vision_config.num_channels, patch,
-                                           grid[0] * grid[1] * patch),
-               "target_sizes": torch.tensor([grid], dtype=torch.int32)}
+    example = {PIXEL_VALUES: torch.zeros(2, model.config.vision_config.num_channels, patch, grid[0] * grid[1] * patch),
+               TARGET_SIZES: torch.tensor([grid], dtype=torch.int32)}  # the keys name `forward`'s arguments
     shapes = [ov.PartialShape([-1, model.config.vision_config.num_channels, patch, -1]), ov.PartialShape([1, 2])]
     return _convert_and_save(wrapper, Path(out) / VISION_EMBEDDINGS_NAME, example=example, shapes=shapes,
-                             names=list(example), output_name="image_features", compress_to_fp16=compress_to_fp16)
+                             names=list(example), output_name=IMAGE_FEATURES, compress_to_fp16=compress_to_fp16)
 
 
 def export_text_embeddings(model, out: Path | str, *, compress_to_fp16: bool = False) -> Path:
@@ -147,7 +146,7 @@ def export_text_embeddings(model, out: Path | str, *, compress_to_fp16: bool = F
     """
     import openvino as ov
 
-    example = {"input_ids": torch.zeros(1, 3, dtype=torch.int64)}
+    example = {INPUT_IDS: torch.zeros(1, 3, dtype=torch.int64)}
     return _convert_and_save(_TextEmbeddingsWrapper(model).eval(), Path(out) / TEXT_EMBEDDINGS_NAME,
-                             example=example, shapes=[ov.PartialShape([-1, -1])], names=["input_ids"],
-                             output_name="inputs_embeds", compress_to_fp16=compress_to_fp16)
+                             example=example, shapes=[ov.PartialShape([-1, -1])], names=[INPUT_IDS],
+                             output_name=INPUTS_EMBEDS, compress_to_fp16=compress_to_fp16)

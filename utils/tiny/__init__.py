@@ -5,8 +5,8 @@ build a pair; `default_pair()` is the trained pair shipped in `utils/tiny/defaul
 `python -m utils.ocr` use (checked against its manifest, never retrained on first use).
 """
 
-from utils.tiny.pair import (BUILD_STAMP, DistillConfig, PretrainConfig, TinyPair, TinyPairConfig, build_tiny_pair,
-                             SHIPPED_PAIR_DIR, default_pair)
+from utils.tiny.pair import (BUILD_STAMP, SHIPPED_PAIR_DIR, DistillConfig, PretrainConfig, TinyPair, TinyPairConfig,
+                             build_tiny_pair, default_pair)
 
 __all__ = ["BUILD_STAMP", "DistillConfig", "PretrainConfig", "TinyPair", "TinyPairConfig", "build_tiny_pair",
            "default_pair", "SHIPPED_PAIR_DIR"]

@@ -1,6 +1,6 @@
 """How well a draft predicts its target on pages it never saw: tokens per step and confidence AUC.
 
-Runs the PyTorch reference `speculative_generate` on the held-out `utils.pages.sample_pages()` and reads
+Runs the PyTorch reference `speculative_generate` on the held-out `utils.evaluation.pages.sample_pages()` and reads
 the step records. The confidence head predicts, per position, whether the draft token is accepted given
 that the earlier ones were (DeepSpec's per-position acceptance), so its AUC compares the accepted positions
 with the first rejected position of each step; positions after a rejection were drafted from a wrong
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from utils.acceptance import confidence_auc, scored_positions
-from utils.pages import SAMPLE_PROMPTS
+from utils.evaluation.acceptance import confidence_auc, scored_positions
+from utils.evaluation.pages import SAMPLE_PROMPTS
 
 __all__ = ["AcceptanceReport", "confidence_auc", "scored_positions", "measure_acceptance"]
 
@@ -69,10 +69,10 @@ def measure_acceptance(target_dir: Path | str, draft_dir: Path | str, *, pages: 
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from utils.draft.checkpoint import TargetSpec
-    from utils.draft.modeling import load_reference_draft
-    from utils.draft.speculative import DSparkDrafter, TargetRunner, speculative_generate
-    from utils.pages import sample_pages
+    from utils.checkpoint.draft import TargetSpec
+    from utils.evaluation.pages import sample_pages
+    from utils.reference.modeling import load_reference_draft
+    from utils.reference.speculative import DSparkDrafter, TargetRunner, speculative_generate
     from utils.tiny.distill_data import prompt_inputs
 
     target = AutoModelForImageTextToText.from_pretrained(target_dir).eval()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from utils.draft.modeling import DSparkAttention, DSparkDraftModel, apply_rope, rope_cos_sin
+from utils.reference.modeling import DSparkAttention, DSparkDraftModel, apply_rope, rope_cos_sin
 
 __all__ = ["forward_anchor_blocks"]
 

@@ -35,12 +35,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from utils.draft.checkpoint import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, TargetSpec
-from utils.draft.modeling import DSparkDraftModel, load_reference_draft
+from utils.checkpoint.draft import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, TargetSpec
 from utils.files import sha256_file
+from utils.reference.modeling import DSparkDraftModel, load_reference_draft
 from utils.tiny.anchor_forward import forward_anchor_blocks
+from utils.tiny.config import DistillConfig
 from utils.tiny.distill_data import DistillSequence, collect_sequences, training_pages
-from utils.tiny.pair import DistillConfig
 from utils.tiny.training import quiet_single_thread, train_steps
 
 __all__ = ["DistillReport", "frequent_vocabulary", "distill_draft", "dspark_loss"]

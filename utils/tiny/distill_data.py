@@ -1,7 +1,7 @@
 """Training data for distilling the tiny draft: the tiny target's own greedy answers on generated pages.
 
 Pages are random passages of the shipped corpus rendered at random widths and column counts. The passages
-never use a line of the held-out `utils.pages.sample_pages()`, so those pages stay unseen text and images.
+never use a line of the held-out `utils.evaluation.pages.sample_pages()`, so those pages stay unseen text and images.
 For each (page, prompt) the target answers greedily, then one pass over prompt + answer gives the hidden
 states of the draft's target layers at every position: the draft's context.
 
@@ -17,11 +17,10 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from utils.draft.speculative import TargetRunner
-from utils.pages import render_page, sample_pages
-from utils.tiny.tokenizer import CORPUS_PATH
+from utils.evaluation.pages import CORPUS_PATH, render_page, sample_pages
+from utils.reference.speculative import TargetRunner
 
-__all__ = ["DistillSequence", "prompt_inputs", "training_passages", "training_pages", "collect_sequences"]
+__all__ = ["DistillSequence", "prompt_inputs", "training_lines", "training_passages", "training_pages", "collect_sequences"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,8 @@ def prompt_inputs(processor, image, prompt: str) -> dict:
     return processor(images=[image], text=[text], return_tensors="pt")
 
 
-def _training_lines() -> list[str]:
+def training_lines() -> list[str]:
+    """The corpus lines training may use: every line that no held-out sample page shows."""
     held_out = {line for page in sample_pages() for line in page.text.splitlines() if line.strip()}
     corpus = CORPUS_PATH.read_text(encoding="utf-8").splitlines()
     return [line for line in corpus if line.strip() and line not in held_out]
@@ -57,7 +57,7 @@ def training_passages(count: int, *, seed: int, max_lines: int = 12) -> list[tup
     Returns:
         (passage text, PIL page image) pairs.
     """
-    lines = _training_lines()
+    lines = training_lines()
     rng = np.random.default_rng(seed)
     passages = []
     for _ in range(count):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from utils.draft.checkpoint import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, draft_tensor_shapes
-from utils.draft.config import DSparkConfig
+from utils.checkpoint.config import DSparkConfig
+from utils.checkpoint.draft import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, draft_tensor_shapes
 from utils.files import sha256_file
 
 __all__ = ["sample_draft_vocabulary", "random_draft_weights", "build_tiny_draft"]

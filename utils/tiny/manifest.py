@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from utils.files import sha256_file
+from utils.tiny.config import BUILD_STAMP
 
 __all__ = ["MANIFEST", "HELD_OUT_MAX_NEW_TOKENS", "HELD_OUT_WALKS", "REBUILD_COMMAND", "pair_files",
            "write_manifest", "read_manifest", "verify_pair_files"]
@@ -57,7 +58,7 @@ def write_manifest(root: Path | str) -> dict:
     from utils.tiny.acceptance import measure_acceptance
 
     root = Path(root)
-    stamp = json.loads((root / "tiny-pair.json").read_text())
+    stamp = json.loads((root / BUILD_STAMP).read_text())
     held_out = {"num_assistant_tokens": stamp["block_size"], "max_new_tokens": HELD_OUT_MAX_NEW_TOKENS}
     for name, top_k in tqdm(HELD_OUT_WALKS.items(), desc="measuring on held-out pages"):
         report = measure_acceptance(root / "target", root / "draft", markov_head_top_k=top_k,

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from utils.tiny.config import PretrainConfig
 from utils.tiny.distill_data import prompt_inputs, training_passages
-from utils.tiny.pair import PretrainConfig
 from utils.tiny.target import quiet_progress_bars
 from utils.tiny.training import quiet_single_thread, train_steps
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["CORPUS_PATH", "SPECIAL_TOKENS", "MULTIMODAL_TOKENS", "EOS_TOKEN", "PAD_TOKEN", "MASK_TOKEN",
+from utils.evaluation.pages import CORPUS_PATH
+
+__all__ = ["SPECIAL_TOKENS", "MULTIMODAL_TOKENS", "EOS_TOKEN", "PAD_TOKEN", "MASK_TOKEN",
            "CHAT_TEMPLATE", "train_tokenizer"]
 
-CORPUS_PATH = Path(__file__).with_name("corpus.txt")
 
 EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"

@@ -1,0 +1,82 @@
+"""The decoding engine on its own: prompt embeddings in, tokens out, any proposer; the engine benchmark's parts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.engine_efficiency import ForcedAcceptanceProposer, StepCounters
+from oracle import NoisyAnswer
+from utils.engine.decoder import SpeculativeDecoder
+from utils.engine.device import F32_PROPERTIES
+from utils.engine.draft import DSparkProposer
+from utils.engine.language_model import LanguageModelSession
+from utils.evaluation.pages import sample_pages
+from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
+from utils.pipeline.vision import TextEmbeddings
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_ir):
+    return SpeculativeOcrPipeline(*tiny_ir, device="CPU", precision="f32")
+
+
+@pytest.fixture(scope="module")
+def text_only(tiny_ir):
+    """A text-only engine on the tiny target: its session, its embeddings and its draft, and a random prompt."""
+    target, draft = tiny_ir
+    session = LanguageModelSession(target, properties=F32_PROPERTIES)
+    embed = TextEmbeddings(target, "CPU", properties=F32_PROPERTIES)
+    proposer = DSparkProposer.load(draft, "CPU", properties=F32_PROPERTIES, embed=embed)
+    ids = np.random.default_rng(0).integers(session.config.vocab_size, size=(1, 45))
+    return session, embed, proposer, embed(ids)[0]
+
+
+def test_the_pipeline_is_its_front_end_plus_the_decoder(pipeline):
+    page = sample_pages()[2]
+    result = pipeline.generate(page.image, max_new_tokens=40)
+    seen = []
+    decoded = pipeline.decoder().generate(pipeline.prompt_embeddings(page.image), max_new_tokens=40,
+                                          on_step=lambda step, tokens: seen.append((step, list(tokens))))
+    assert decoded.tokens == result.tokens
+    assert [step for step, _ in seen] == decoded.metrics.steps == result.metrics.steps
+    lengths = [len(tokens) for _, tokens in seen]
+    assert seen[-1][1] == decoded.tokens and lengths == sorted(set(lengths))  # every step added tokens
+
+
+def test_any_proposer_gives_the_target_only_tokens(text_only):
+    session, embed, _, prompt = text_only
+    baseline = SpeculativeDecoder(session, embed, stop_token_ids=()).generate(prompt, max_new_tokens=30)
+    assert len(baseline.tokens) == 30 and all(not step.drafted for step in baseline.metrics.steps)
+    for seed, error_rate in [(0, 0.0), (1, 0.3)]:
+        proposer = NoisyAnswer(tuple(baseline.tokens), seed=seed, error_rate=error_rate)
+        decoded = SpeculativeDecoder(session, embed, stop_token_ids=(), proposer=proposer,
+                                     block_size=6).generate(prompt, max_new_tokens=30, confidence_threshold=0.2)
+        assert decoded.tokens == baseline.tokens
+        assert decoded.metrics.num_steps < baseline.metrics.num_steps
+        assert all(len(step.drafted) <= 6 for step in decoded.metrics.steps)
+
+
+def test_a_proposer_needs_a_block_size_the_verify_ir_can_take(text_only):
+    session, embed, proposer, _ = text_only
+    for block_size in (None, 0, session.verify_length):
+        with pytest.raises(ValueError, match="block_size"):
+            SpeculativeDecoder(session, embed, stop_token_ids=(), proposer=proposer, block_size=block_size)
+    decoder = SpeculativeDecoder(session, embed, stop_token_ids=(), proposer=proposer, block_size=4)
+    with pytest.raises(ValueError, match="num_assistant_tokens=5"):
+        decoder.generate(text_only[3], max_new_tokens=8, num_assistant_tokens=5)
+
+
+def test_forced_acceptance_reaches_the_requested_tokens_per_step_and_counts_each_part(text_only):
+    session, embed, proposer, prompt = text_only
+    reference, _, _ = StepCounters(SpeculativeDecoder(session, embed, stop_token_ids=())).run(prompt, 80)
+    block_size = proposer.info.block_size
+    for tau in (2.0, 3.5):
+        forced = ForcedAcceptanceProposer(proposer, reference, tau=tau, vocab_size=session.config.vocab_size)
+        decoder = SpeculativeDecoder(session, embed, stop_token_ids=(), proposer=forced, block_size=block_size)
+        tokens, steps, seconds = StepCounters(decoder).run(prompt, 60)
+        assert tokens == reference[:60] and seconds > 0
+        full_steps = steps[:-1]  # the last one may be cut by the budget
+        assert sum(step["emitted"] for step in full_steps) / len(full_steps) == pytest.approx(tau, abs=0.1)
+        assert all(step["target"] > 0 and step["draft"] > 0 and step["markov"] > 0 for step in steps)
+        assert all(step["wall"] >= step["target"] + step["draft"] + step["markov"] for step in steps)

@@ -1,0 +1,274 @@
+"""The IR contract between the exporter and the runtime: file names, port names, rt_info and the language-model config.
+
+The exporter (`utils.export`, needs torch) writes by these names and the runtime (`utils.engine`, `utils.pipeline`:
+numpy and OpenVINO only) reads by them, so neither imports the other and each name is spelled here only. Layouts,
+shapes and why they are so are documented where the IRs are built: `utils.export.language_model` (the target's
+text model), `utils.export.vision` (vision and text embeddings), `utils.export.draft` (draft backbone, Markov
+head, rt_info).
+
+Port-name functions take the decoder layer index `i`: `past_key(3)` is "past_key.3".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+
+__all__ = [
+    # weight formats
+    "COMPRESSED_FORMATS", "WEIGHT_FORMATS",
+    # target folder
+    "VISION_EMBEDDINGS_NAME", "TEXT_EMBEDDINGS_NAME", "TOKENIZER_NAME", "DETOKENIZER_NAME", "LANGUAGE_MODEL_FILES",
+    "LANGUAGE_MODEL_CONFIG", "LanguageModelVariant", "LanguageModelConfig", "HIDDEN_STATES_RT_INFO_KEY",
+    "TARGET_MANIFEST",
+    # draft folder
+    "DRAFT_MODEL", "MARKOV_HEAD_MODEL", "RT_INFO_NAMESPACE", "RT_INFO_KEYS", "WEIGHT_FORMAT_KEY",
+    "WEIGHT_COMPRESSION_KEY", "rt_info_path", "DraftInfo", "write_draft_info", "read_draft_info", "read_d2t",
+    # ports
+    "INPUTS_EMBEDS", "POSITION_IDS", "ATTENTION_MASK", "HIDDEN_STATES", "LOGITS", "LAST_HIDDEN_STATE", "D2T",
+    "ANCHOR_TOKEN_ID", "TOP_K", "TOKEN_IDS", "CONFIDENCES", "PIXEL_VALUES", "TARGET_SIZES", "IMAGE_FEATURES",
+    "INPUT_IDS", "past_key", "past_value", "present_key", "present_value", "past_conv_state", "present_conv_window",
+    "past_recurrent_state", "present_recurrent_state", "rollback_key", "rollback_delta", "rollback_log_decay",
+]
+
+# Weight formats: the same four for the target and the draft. fp16 is a save option (`compress_to_fp16`); the
+# compressed ones are NNCF weight compression (`utils.export.compression`).
+COMPRESSED_FORMATS = ("int8", "int4")
+WEIGHT_FORMATS = ("fp32", "fp16", *COMPRESSED_FORMATS)
+
+# Target folder (`utils.export.target`). The tokenizer names are the ones `openvino_genai.Tokenizer` looks for.
+VISION_EMBEDDINGS_NAME = "openvino_vision_embeddings_model.xml"
+TEXT_EMBEDDINGS_NAME = "openvino_text_embeddings_model.xml"
+TOKENIZER_NAME = "openvino_tokenizer.xml"
+DETOKENIZER_NAME = "openvino_detokenizer.xml"
+LANGUAGE_MODEL_FILES = {name: f"openvino_language_model_{name}.xml" for name in ("prefill", "decode", "verify")}
+LANGUAGE_MODEL_CONFIG = "openvino_language_model_config.json"  # `LanguageModelConfig`
+# rt_info of each language-model IR (top level, the key optimum-intel writes for DFlash/Eagle-3 targets): where
+# every decoder layer's output is computed; layout in `utils.export.language_model`.
+HIDDEN_STATES_RT_INFO_KEY = "hidden_states_decoder_layers"
+TARGET_MANIFEST = "openvino_target_export.json"  # what `export_target` exported, from where, with which options
+
+# Draft folder (`utils.export.draft`).
+DRAFT_MODEL = "openvino_model.xml"  # the backbone, one call per block
+MARKOV_HEAD_MODEL = "openvino_markov_head_model.xml"  # the Markov walk and the confidence head
+
+# rt_info of both draft IRs: strings under `dspark/<key>`, the keys of `DraftInfo` (`RT_INFO_KEYS`), and on
+# compressed IRs (draft or target) two more.
+RT_INFO_NAMESPACE = "dspark"
+WEIGHT_FORMAT_KEY = "weight_format"  # "int8" or "int4"
+WEIGHT_COMPRESSION_KEY = "weight_compression"  # the NNCF settings, JSON
+
+
+def rt_info_path(key: str) -> list[str]:
+    """The rt_info path of `dspark/<key>`, as `ov.Model.get_rt_info` and `set_rt_info` take it (a list)."""
+    return [RT_INFO_NAMESPACE, key]
+
+
+# Ports without a layer index. Several IRs share a name where they share the tensor: the text-embedding IR
+# outputs the `inputs_embeds` the language model and the draft take; the backbone outputs the `logits` and
+# `last_hidden_state` the Markov head takes.
+INPUTS_EMBEDS = "inputs_embeds"  # [1, S, H] token (and image) embeddings
+POSITION_IDS = "position_ids"  # [1, S] absolute positions
+ATTENTION_MASK = "attention_mask"  # [1, S] 1 = token, 0 = pad (language model)
+HIDDEN_STATES = "hidden_states"  # target-layer outputs concatenated: language-model output, draft input
+LOGITS = "logits"  # behind the head (`lm_head`) of the language model and of the draft
+LAST_HIDDEN_STATE = "last_hidden_state"  # [B, H] after the draft's final norm
+D2T = "d2t"  # [Vd] draft backbone constant output: draft token j is target token j + d2t[j]
+ANCHOR_TOKEN_ID = "anchor_token_id"  # [1] Markov head input: target id of the block's anchor
+TOP_K = "top_k"  # [] Markov head input: K of the candidate scorer, 0 for the dense walk
+TOKEN_IDS = "token_ids"  # [B] Markov head output: the walk's tokens in target ids
+CONFIDENCES = "confidences"  # [B] Markov head output, with a confidence head
+PIXEL_VALUES = "pixel_values"  # vision input: a batch of same-size NaViT-packed tiles
+TARGET_SIZES = "target_sizes"  # vision input: (h, w) in patches of the batch's tiles
+IMAGE_FEATURES = "image_features"  # vision output: the rows the image tokens receive
+INPUT_IDS = "input_ids"  # text-embedding input
+
+
+# Ports per decoder layer i (language model: full-attention K/V or linear-attention state; draft: context K/V).
+def past_key(i: int) -> str:
+    """Input: cached keys of layer i, sequence-major."""
+    return f"past_key.{i}"
+
+
+def past_value(i: int) -> str:
+    """Input: cached values of layer i, sequence-major."""
+    return f"past_value.{i}"
+
+
+def present_key(i: int) -> str:
+    """Output: keys of the call's new positions only (the runtime appends them to `past_key(i)`)."""
+    return f"present_key.{i}"
+
+
+def present_value(i: int) -> str:
+    """Output: values of the call's new positions only."""
+    return f"present_value.{i}"
+
+
+def past_conv_state(i: int) -> str:
+    """Input: the conv state of linear-attention layer i."""
+    return f"past_conv_state.{i}"
+
+
+def present_conv_window(i: int) -> str:
+    """Output: `past_conv_state(i)` followed by the block's conv inputs."""
+    return f"present_conv_window.{i}"
+
+
+def past_recurrent_state(i: int) -> str:
+    """Input: the gated-delta recurrent state of linear-attention layer i."""
+    return f"past_recurrent_state.{i}"
+
+
+def present_recurrent_state(i: int) -> str:
+    """Output: the recurrent state after the whole block."""
+    return f"present_recurrent_state.{i}"
+
+
+def rollback_key(i: int) -> str:
+    """Verify output: the block's normalised keys, for the rollback of layer i's recurrent state."""
+    return f"rollback_key.{i}"
+
+
+def rollback_delta(i: int) -> str:
+    """Verify output: the block's per-token state corrections."""
+    return f"rollback_delta.{i}"
+
+
+def rollback_log_decay(i: int) -> str:
+    """Verify output: the block's cumulative log decay."""
+    return f"rollback_log_decay.{i}"
+
+
+@dataclass(frozen=True)
+class LanguageModelVariant:
+    """One language-model IR: a static token count S and what it outputs."""
+
+    name: str  # "prefill", "decode" or "verify"
+    length: int  # S, tokens per call
+    all_logits: bool  # logits of every position (else of the last one only)
+    rollback: bool  # the rollback terms of the linear-attention layers
+
+    @property
+    def file(self) -> str:
+        """The IR's file name in a target folder."""
+        return LANGUAGE_MODEL_FILES[self.name]
+
+
+@dataclass(frozen=True)
+class LanguageModelConfig:
+    """`LANGUAGE_MODEL_CONFIG`: what `export_language_model` wrote, as `LanguageModelSession` reads it."""
+
+    weight_format: str  # one of WEIGHT_FORMATS
+    hidden_size: int  # H
+    vocab_size: int  # V
+    hidden_layer_ids: tuple[int, ...]  # decoder layers whose outputs `hidden_states` concatenates, in order
+    layer_types: tuple[str, ...]  # per decoder layer, as the HF config has them ("full_attention", ...)
+    variants: tuple[LanguageModelVariant, ...]  # prefill, decode, verify
+    format_version: int = 1
+
+    def variant(self, name: str) -> LanguageModelVariant:
+        """The variant called `name`."""
+        return next(variant for variant in self.variants if variant.name == name)
+
+    def to_json(self) -> dict:
+        """The JSON object; `variants` maps each name to the variant's fields and its `file`."""
+        return {"format_version": self.format_version, "weight_format": self.weight_format,
+                "hidden_size": self.hidden_size, "vocab_size": self.vocab_size,
+                "hidden_layer_ids": list(self.hidden_layer_ids), "layer_types": list(self.layer_types),
+                "variants": {variant.name: {"file": variant.file, **dataclasses.asdict(variant)}
+                             for variant in self.variants}}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> LanguageModelConfig:
+        """Reads `to_json`'s object."""
+        names = [field.name for field in dataclasses.fields(LanguageModelVariant)]
+        variants = tuple(LanguageModelVariant(**{name: spec[name] for name in names})
+                         for spec in raw["variants"].values())
+        return cls(weight_format=raw["weight_format"], hidden_size=raw["hidden_size"], vocab_size=raw["vocab_size"],
+                   hidden_layer_ids=tuple(raw["hidden_layer_ids"]), layer_types=tuple(raw["layer_types"]),
+                   variants=variants, format_version=raw["format_version"])
+
+    def write(self, folder: Path | str) -> None:
+        """Writes `folder / LANGUAGE_MODEL_CONFIG`."""
+        (Path(folder) / LANGUAGE_MODEL_CONFIG).write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+    @classmethod
+    def read(cls, folder: Path | str) -> LanguageModelConfig:
+        """Reads `folder / LANGUAGE_MODEL_CONFIG`; ValueError when the folder has none."""
+        path = Path(folder) / LANGUAGE_MODEL_CONFIG
+        if not path.is_file():
+            raise ValueError(f"{folder} has no {LANGUAGE_MODEL_CONFIG}; export the language model first")
+        return cls.from_json(json.loads(path.read_text()))
+
+
+@dataclass(frozen=True)
+class DraftInfo:
+    """What a runtime needs to drive the draft, stored as the rt_info of both draft IRs (see `utils.export.draft`)."""
+
+    draft_mode: str  # "dspark"
+    target_layer_ids: tuple[int, ...]  # target decoder layers whose outputs feed `hidden_states`, in order
+    mask_token_id: int  # target id that fills the block after the anchor
+    block_size: int  # B: positions per block, the anchor included
+    vocab_size: int  # input (target) vocabulary that the anchor and `markov_w1` index
+    draft_vocab_size: int  # Vd: what the draft predicts
+    markov_rank: int  # r of the Markov head
+    markov_head_type: str  # "vanilla"
+    top_k: int  # default K of the Top-K candidate scorer, min(64, Vd)
+    confidence_head: bool  # whether the Markov head IR returns `confidences`
+
+    def to_rt_info(self) -> dict[str, str]:
+        """key -> string value, as stored under `dspark/` (lists as JSON, booleans as "true"/"false")."""
+        def text(value):
+            if isinstance(value, bool):
+                return "true" if value else "false"
+            return json.dumps(list(value)) if isinstance(value, tuple) else str(value)
+
+        return {key: text(getattr(self, key)) for key in RT_INFO_KEYS}
+
+
+RT_INFO_KEYS = tuple(field.name for field in dataclasses.fields(DraftInfo))
+
+
+def write_draft_info(model: ov.Model, info: DraftInfo) -> None:
+    """Stores `info` as the `dspark/*` rt_info of a draft or Markov head IR."""
+    for key, value in info.to_rt_info().items():
+        model.set_rt_info(value, rt_info_path(key))
+
+
+def read_draft_info(model: ov.Model, *, source: str = "model") -> DraftInfo:
+    """Reads the `dspark/*` rt_info of a draft or Markov head IR.
+
+    Raises:
+        ValueError: naming the first missing key.
+    """
+    values = {}
+    for key in RT_INFO_KEYS:
+        if not model.has_rt_info(rt_info_path(key)):
+            raise ValueError(f"{source}: rt_info '{RT_INFO_NAMESPACE}/{key}' is missing; is this a DSpark draft IR?")
+        values[key] = model.get_rt_info(rt_info_path(key)).astype(str)
+    return DraftInfo(
+        draft_mode=values["draft_mode"],
+        target_layer_ids=tuple(int(i) for i in json.loads(values["target_layer_ids"])),
+        mask_token_id=int(values["mask_token_id"]),
+        block_size=int(values["block_size"]),
+        vocab_size=int(values["vocab_size"]),
+        draft_vocab_size=int(values["draft_vocab_size"]),
+        markov_rank=int(values["markov_rank"]),
+        markov_head_type=values["markov_head_type"],
+        top_k=int(values["top_k"]),
+        confidence_head=values["confidence_head"] == "true",
+    )
+
+
+def read_d2t(model: ov.Model) -> np.ndarray:
+    """[Vd] int64 delta-encoded `d2t`, read from the constant behind the backbone's `d2t` output."""
+    producer = model.output(D2T).get_node().input_value(0).get_node()
+    if producer.get_type_name() != "Constant":
+        raise ValueError(f"the '{D2T}' output comes from a {producer.get_type_name()}, expected a Constant")
+    return producer.get_data().astype(np.int64)

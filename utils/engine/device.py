@@ -1,0 +1,86 @@
+"""Which OpenVINO device to run on, at which precision, and the compile properties each device wants.
+
+`GPU` (Intel integrated or Arc) gets a latency hint and a model cache folder, so the second start skips
+kernel compilation; `CPU` gets a latency hint. `AUTO` lets OpenVINO choose. None of the GPU settings can be
+tested here.
+
+Precision is a choice (`PRECISIONS`): `"f32"` is exact (speculative output equals target-only output token
+for token, and OpenVINO matches PyTorch); `"default"` is the device's own inference precision, bf16 on CPUs
+with AMX/AVX-512-BF16 (like this one), f16 on GPUs, and much faster there. At reduced precision a verification
+of several tokens can round differently from single decode steps, so a near-tie between the target's top
+two candidates can flip (notebook 05 measures it).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import openvino as ov
+
+__all__ = ["VIRTUAL_DEVICES", "PRECISIONS", "F32_PROPERTIES", "openvino_core", "resolve_device", "check_precision",
+           "compile_properties", "inference_precision"]
+
+VIRTUAL_DEVICES = ("AUTO",)
+PRECISIONS = ("f32", "default")
+# The reference precision: this CPU defaults to bf16, and for INT8-weight IRs it also quantizes activations
+# on the fly unless the group size is 0 (then decode and verify IRs round alike: exact greedy parity).
+F32_PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+
+
+@functools.cache
+def openvino_core() -> ov.Core:
+    """The process's one `ov.Core`: every IR the runtime reads and compiles shares it, not one Core per IR."""
+    import openvino as ov
+
+    return ov.Core()
+
+
+def resolve_device(device: str | None, *, available: list[str] | None = None) -> str:
+    """Returns `device`, or the best one present when None; raises ValueError for a device OpenVINO does not see.
+
+    Args:
+        device: `CPU`, `GPU`, `GPU.1`, `AUTO` or None.
+        available: devices to choose from (default: what OpenVINO Runtime sees).
+    """
+    if available is None:
+        available = list(openvino_core().available_devices)
+    if device is None:
+        return "GPU" if any(name.startswith("GPU") for name in available) else "CPU"
+    name = device.upper()
+    if name in VIRTUAL_DEVICES or name in available or (name == "GPU" and any(a.startswith("GPU") for a in available)):
+        return name
+    raise ValueError(f"device '{device}' is not available here; OpenVINO sees {available} (and {list(VIRTUAL_DEVICES)})")
+
+
+def check_precision(precision: str) -> str:
+    """Returns `precision` if it is one of `PRECISIONS`; raises ValueError naming the choices otherwise."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is not supported; choose one of {list(PRECISIONS)}")
+    return precision
+
+
+def compile_properties(device: str, *, precision: str = "default", cache_dir: Path | str | None = None) -> dict:
+    """Compile properties for `core.compile_model(model, device, properties)`.
+
+    Args:
+        device: a resolved device name.
+        precision: "f32" (exact) or "default" (the device's own precision: bf16 on this CPU, f16 on a GPU).
+        cache_dir: where GPU/AUTO keep compiled kernels between runs.
+    """
+    properties = {"PERFORMANCE_HINT": "LATENCY"} | (F32_PROPERTIES if check_precision(precision) == "f32" else {})
+    if cache_dir is not None and not device.startswith("CPU"):
+        properties["CACHE_DIR"] = str(cache_dir)
+    return properties
+
+
+def inference_precision(compiled) -> str:
+    """The inference precision a compiled model really runs at ("f32", "bf16", "f16"; "" when the device
+    does not say)."""
+    try:
+        element_type = compiled.get_property("INFERENCE_PRECISION_HINT")
+    except RuntimeError:
+        return ""
+    return element_type.to_string()

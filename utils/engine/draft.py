@@ -1,0 +1,235 @@
+"""The exported DSpark draft on OpenVINO Runtime, with numpy in and out (no torch).
+
+`DraftModel` runs the backbone IR block by block and keeps the draft's context keys/values on the host, in
+preallocated buffers that grow by doubling (appending with `np.concatenate` would copy the whole cache at
+every step). `MarkovHead` runs the Markov head IR: the left-to-right walk that turns block logits into
+draft tokens in target ids, with the confidence of each. `DSparkProposer` puts the two together as the
+engine's `Proposer`. The IR layout, rt_info keys and why the walk
+lives in the graph are documented in `utils.export.draft`; the names come from `utils.contract`, so the
+runtime never imports the exporter (which needs torch).
+
+Shape symbols:
+    N: new context positions, C: cached context positions, B: block size, H: hidden size,
+    L: target layers read (len(target_layer_ids)), Vd: draft vocabulary, Hkv/D: KV heads/head dim.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+
+from utils.contract import (ANCHOR_TOKEN_ID, CONFIDENCES, DRAFT_MODEL, HIDDEN_STATES, INPUTS_EMBEDS, LAST_HIDDEN_STATE,
+                            LOGITS, MARKOV_HEAD_MODEL, POSITION_IDS, TOKEN_IDS, TOP_K, past_key, past_value,
+                            present_key, present_value, read_draft_info)
+from utils.engine.device import openvino_core
+from utils.engine.proposal import Proposal
+from utils.engine.timing import Clock, StageTimer
+
+__all__ = ["ContextCache", "DraftModel", "MarkovHead", "DSparkProposer"]
+
+
+def _read(folder: Path | str, name: str) -> ov.Model:
+    path = Path(folder) / name
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist; export the draft first (python -m utils.export draft ...)")
+    return openvino_core().read_model(path)
+
+
+def _compile(model: ov.Model, device: str, properties: dict | None) -> ov.CompiledModel:
+    return openvino_core().compile_model(model, device, properties or {})
+
+
+class ContextCache:
+    """The draft's context keys/values per layer, [1, C, Hkv, D] each, in host buffers that grow by doubling.
+
+    Sequence-major, so the cached prefix `buffer[:, :C]` is one contiguous block that goes to OpenVINO
+    without a copy.
+    """
+
+    def __init__(self, num_layers: int, *, kv_heads: int, head_dim: int, capacity: int = 256):
+        self._shape = (kv_heads, head_dim)
+        self._buffers = [np.zeros((1, capacity, kv_heads, head_dim), np.float32) for _ in range(2 * num_layers)]
+        self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        """Positions the buffers hold before they next grow."""
+        return self._buffers[0].shape[1]
+
+    def views(self) -> list[np.ndarray]:
+        """The cached keys and values, [1, C, Hkv, D] each, alternating key/value per layer (no copy)."""
+        return [buffer[:, :self.length] for buffer in self._buffers]
+
+    def append(self, new: list[np.ndarray]) -> None:
+        """Appends [1, N, Hkv, D] keys/values, in the order of `views()`."""
+        count = new[0].shape[1]
+        if self.length + count > self.capacity:
+            self._grow(self.length + count)
+        for buffer, rows in zip(self._buffers, new, strict=True):
+            buffer[:, self.length:self.length + count] = rows
+        self.length += count
+
+    def crop(self, length: int) -> None:
+        """Keeps the first `length` context positions (after a rollback)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot crop a context cache of {self.length} positions to {length}")
+        self.length = length
+
+    def _grow(self, needed: int) -> None:
+        capacity = self.capacity
+        while capacity < needed:
+            capacity *= 2
+        grown = []
+        for buffer in self._buffers:
+            bigger = np.zeros((1, capacity, *self._shape), np.float32)
+            bigger[:, :self.length] = buffer[:, :self.length]
+            grown.append(bigger)
+        self._buffers = grown
+
+
+class DraftModel:
+    """The draft backbone IR with its context cache: one call per block, as `DSparkDraftModel.forward_block`."""
+
+    def __init__(self, folder: Path | str, device: str = "CPU", *, properties: dict | None = None):
+        """
+        Args:
+            folder: the exported draft folder (holds `DRAFT_MODEL`).
+            device: an OpenVINO device name.
+            properties: compile properties (`utils.engine.device.compile_properties`; None: OpenVINO's defaults). Pass {} for the device's default precision.
+        """
+        model = _read(folder, DRAFT_MODEL)
+        self.info = read_draft_info(model, source=str(Path(folder) / DRAFT_MODEL))
+        inputs = {port.get_any_name() for port in model.inputs}
+        num_layers = sum(past_key(layer) in inputs for layer in range(len(inputs)))
+        kv_heads, head_dim = (dim.get_length() for dim in model.input(past_key(0)).get_partial_shape()[2:])
+        self.cache = ContextCache(num_layers, kv_heads=kv_heads, head_dim=head_dim)
+        self._past_names = [name for layer in range(num_layers) for name in (past_key(layer), past_value(layer))]
+        self._present_names = [name for layer in range(num_layers)
+                               for name in (present_key(layer), present_value(layer))]
+        self.clock = Clock()
+        self._request = _compile(model, device, properties).create_infer_request()
+
+    @property
+    def length(self) -> int:
+        """Cached context positions C."""
+        return self.cache.length
+
+    def forward_block(self, block_embeds: np.ndarray, new_context: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Runs one block and appends the new context to the cache.
+
+        Args:
+            block_embeds: [1, B, H] target embeddings of `[anchor, mask, ..., mask]`.
+            new_context: [1, N, L*H] concatenated target-layer outputs of the positions not yet cached; the
+                block starts right after them (the anchor's position is C + N).
+
+        Returns:
+            (logits [B, Vd] over the draft vocabulary, final hidden states [B, H]).
+        """
+        if block_embeds.ndim != 3 or new_context.ndim != 3:
+            raise ValueError(f"block_embeds {block_embeds.shape} and new_context {new_context.shape} must be "
+                             f"[1, B, H] and [1, N, L*H]")
+        start, total = self.cache.length, new_context.shape[1] + block_embeds.shape[1]
+        inputs = {INPUTS_EMBEDS: np.ascontiguousarray(block_embeds, np.float32),
+                  HIDDEN_STATES: np.ascontiguousarray(new_context, np.float32),
+                  POSITION_IDS: np.arange(start, start + total, dtype=np.int64)[None]}
+        inputs |= dict(zip(self._past_names, self.cache.views()))
+        with self.clock.measure():
+            self._request.infer(inputs, share_inputs=True)
+        output = self._request.get_tensor
+        self.cache.append([output(name).data for name in self._present_names])
+        return output(LOGITS).data[0].copy(), output(LAST_HIDDEN_STATE).data[0].copy()
+
+    def crop(self, length: int) -> None:
+        """Keeps the first `length` context positions."""
+        self.cache.crop(length)
+
+
+class MarkovHead:
+    """The Markov head IR: the walk (Top-K scorer or dense) and the confidence head, in target ids."""
+
+    def __init__(self, folder: Path | str, device: str = "CPU", *, properties: dict | None = None):
+        """
+        Args:
+            folder: the exported draft folder (holds `MARKOV_HEAD_MODEL`).
+            device: an OpenVINO device name.
+            properties: compile properties (None: OpenVINO's defaults).
+        """
+        model = _read(folder, MARKOV_HEAD_MODEL)
+        self.info = read_draft_info(model, source=str(Path(folder) / MARKOV_HEAD_MODEL))
+        self.clock = Clock()
+        self._compiled = _compile(model, device, properties)
+
+    def walk(self, logits: np.ndarray, hidden: np.ndarray, *, anchor: int, num_tokens: int,
+             top_k: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Chooses `num_tokens` draft tokens left to right, each conditioned on the previous one (the anchor first).
+
+        Args:
+            logits: [B, Vd] block logits from `DraftModel.forward_block`.
+            hidden: [B, H] block hidden states (for the confidence head).
+            anchor: target id of the block's anchor.
+            num_tokens: tokens to propose, 1 <= num_tokens <= B.
+            top_k: K of the candidate scorer; 0 selects the dense walk; None takes the exported default.
+
+        Returns:
+            (target ids [num_tokens] int64, confidences [num_tokens] float32, or None without a confidence head).
+        """
+        block_size = self.info.block_size
+        if logits.shape != (block_size, self.info.draft_vocab_size):
+            raise ValueError(f"logits have shape {logits.shape}, the Markov head takes [{block_size}, "
+                             f"{self.info.draft_vocab_size}] (a whole block)")
+        if not 1 <= num_tokens <= block_size:
+            raise ValueError(f"num_tokens={num_tokens} must be in [1, {block_size}]")
+        top_k = self.info.top_k if top_k is None else top_k
+        if top_k < 0:
+            raise ValueError(f"top_k={top_k} must be >= 0 (0 selects the dense walk)")
+        inputs = {LOGITS: logits.astype(np.float32, copy=False), ANCHOR_TOKEN_ID: np.array([anchor], np.int64),
+                  TOP_K: np.array(top_k, np.int64)}
+        if self.info.confidence_head:
+            inputs[LAST_HIDDEN_STATE] = hidden.astype(np.float32, copy=False)
+        with self.clock.measure():
+            result = self._compiled(inputs)
+        token_ids = result[TOKEN_IDS][:num_tokens].copy()
+        confidences = result[CONFIDENCES][:num_tokens].copy() if self.info.confidence_head else None
+        return token_ids, confidences
+
+
+class DSparkProposer:
+    """The exported DSpark draft: block forward, then the Markov head's walk (target ids and confidences).
+
+    Args:
+        draft: the draft backbone with its context cache.
+        markov_head: the Markov head of the same draft folder.
+        embed: the target's text embeddings (ids [1, S] -> [1, S, H]): the draft embeds its block with them.
+        top_k: K of the Markov head's Top-K scorer; 0 selects the dense walk; None takes the exported default.
+    """
+
+    def __init__(self, draft: DraftModel, markov_head: MarkovHead, embed, *, top_k: int | None = None):
+        self.draft, self.markov_head, self.embed, self.top_k = draft, markov_head, embed, top_k
+        self.info = draft.info
+        self.clocks = (draft.clock, markov_head.clock)
+
+    @classmethod
+    def load(cls, folder: Path | str, device: str, *, properties: dict, embed) -> DSparkProposer:
+        """Compiles the draft folder written by `utils.export.export_draft` (compile properties from
+        `utils.engine.device.compile_properties`)."""
+        return cls(DraftModel(folder, device, properties=properties),
+                   MarkovHead(folder, device, properties=properties), embed)
+
+    def with_top_k(self, top_k: int | None) -> DSparkProposer:
+        """The same compiled draft with another Markov computation (shares the models and the context cache)."""
+        return DSparkProposer(self.draft, self.markov_head, self.embed, top_k=top_k)
+
+    def reset(self) -> None:
+        self.draft.crop(0)
+
+    def propose(self, anchor: int, context: np.ndarray, *, num_tokens: int, timer: StageTimer) -> Proposal:
+        """Draft tokens (target ids) after `anchor`, given the target hidden states not yet seen [N, L*H]."""
+        with timer.stage("draft"):
+            block = np.array([[anchor] + [self.info.mask_token_id] * (self.info.block_size - 1)], np.int64)
+            logits, hidden = self.draft.forward_block(self.embed(block), context[None])
+        with timer.stage("markov_head"):
+            drafts, confidences = self.markov_head.walk(logits, hidden, anchor=anchor, num_tokens=num_tokens,
+                                                        top_k=self.top_k)
+        return Proposal(tuple(drafts.tolist()), None if confidences is None else tuple(confidences.tolist()))

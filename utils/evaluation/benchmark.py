@@ -1,0 +1,172 @@
+"""Acceptance and throughput study: target-only vs speculative decoding over the sample pages.
+
+Every configuration (target only; each draft x Markov computation x num_assistant_tokens) first reads one
+page untimed (warm-up: the first inferences of a compiled model pay one-off costs), then every page,
+`repeats` times. The configurations take turns page by page, so the machine's drift hits all of them alike;
+each page's time is the median of its repeats, and speedups are ratios measured in the same run: decode
+tokens/s of a configuration over that of the target alone, as in notebook 05. `markdown_report` prints a
+table of the shape of the seed PR's validation table. The command line is `python -m utils.bench`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from utils.engine.timing import STAGES
+from utils.engine.verification import mean_tokens_per_step
+from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, scored_positions,
+                                         tokens_per_step_histogram)
+from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
+
+__all__ = ["SCHEMA_VERSION", "BenchConfig", "summarize", "run_benchmark", "markdown_report", "configurations"]
+
+SCHEMA_VERSION = 2
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One configuration: a draft folder (None = target only), the Markov computation and the block length."""
+
+    draft: Path | None
+    markov_head_top_k: int | None = None  # None: the draft's Top-K scorer; 0: dense walk
+    num_assistant_tokens: int | None = None  # None: the draft's block size
+
+    @property
+    def name(self) -> str:
+        if self.draft is None:
+            return "target only"
+        walk = "dense walk" if self.markov_head_top_k == 0 else "Top-K scorer"
+        tokens = "" if self.num_assistant_tokens is None else f", K={self.num_assistant_tokens}"
+        return f"{self.draft.name}, {walk}{tokens}"
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Pools the runs of one configuration: each run is {"steps": [StepRecord], "decode_seconds", "stages"...}.
+
+    Returns the JSON-ready summary (without the speedup, which needs the baseline).
+    """
+    steps = [step for run in runs for step in run["steps"]]
+    decode_tokens = sum(run["tokens"] - 1 for run in runs)
+    decode_seconds = sum(run["decode_seconds"] for run in runs)
+    scores, accepted = scored_positions(steps)
+    stages = {stage: sum(run["stages"].get(stage, 0.0) for run in runs) for stage in (*STAGES, "other")}
+    return {
+        "pages": len(runs),
+        "generated_tokens": sum(run["tokens"] for run in runs),
+        "decode_tokens_per_s": decode_tokens / decode_seconds if decode_seconds else 0.0,
+        "mean_tokens_per_step": mean_tokens_per_step(steps),
+        "tokens_per_step_histogram": tokens_per_step_histogram(steps),
+        "conditional_acceptance": conditional_acceptance(steps),
+        "time_breakdown_s": stages,
+        "confidence": {"auc": confidence_auc(scores, accepted), "reliability": reliability_bins(scores, accepted),
+                       "scores": scores, "accepted": accepted},
+    }
+
+
+def _run_record(result) -> dict:
+    metrics = result.metrics
+    return {"steps": metrics.steps, "tokens": metrics.num_generated_tokens, "decode_seconds": metrics.decode_seconds,
+            "stages": metrics.time_breakdown, "text": result.texts[0]}
+
+
+def _median_run(repeats: list[dict]) -> dict:
+    """One page's record: the (deterministic) tokens and steps of its runs, the median of their times."""
+    stages = {stage: statistics.median(run["stages"].get(stage, 0.0) for run in repeats)
+              for stage in repeats[0]["stages"]}
+    return repeats[0] | {"decode_seconds": statistics.median(run["decode_seconds"] for run in repeats),
+                         "stages": stages}
+
+
+def run_benchmark(target: Path, configs: list[BenchConfig], pages, *, prompt: str = DEFAULT_PROMPT,
+                  max_new_tokens: int = 128, repeats: int = 1, device: str | None = None,
+                  precision: str = "default", progress: bool = True) -> dict:
+    """Warms every configuration up, runs it on every page `repeats` times, interleaved, and returns the
+    results document.
+
+    The first configuration must be target only: it is the baseline of every speedup, and the invariant
+    (speculative output = target-only output) is checked on every page and repeat.
+    """
+    from tqdm.auto import tqdm
+
+    from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
+
+    if not configs or configs[0].draft is not None:
+        raise ValueError("the first configuration must be target only (draft=None): it is the baseline")
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats} must be >= 1")
+    pipelines = {config.draft: None for config in configs}
+    for draft in pipelines:
+        pipelines[draft] = SpeculativeOcrPipeline(target, draft, device=device, precision=precision)
+
+    def run(config: BenchConfig, page):
+        options = {} if config.draft is None else {"num_assistant_tokens": config.num_assistant_tokens,
+                                                    "markov_head_top_k": config.markov_head_top_k}
+        return pipelines[config.draft].generate(page.image, prompt, max_new_tokens=max_new_tokens, **options)
+
+    for config in configs:
+        run(config, pages[0])  # warm-up, untimed
+    records = {config.name: [[] for _ in pages] for config in configs}
+    mismatches = []
+    with tqdm(total=repeats * len(pages), desc="pages", disable=not progress) as bar:
+        for repeat in range(repeats):
+            for index, page in enumerate(pages):
+                baseline_tokens = None
+                for config in configs:
+                    result = run(config, page)
+                    records[config.name][index].append(_run_record(result))
+                    baseline_tokens = baseline_tokens or result.tokens
+                    if result.tokens != baseline_tokens:
+                        mismatches.append({"page": page.name, "repeat": repeat, "config": config.name})
+                bar.update()
+    summaries = {name: summarize([_median_run(page_runs) for page_runs in per_page])
+                 for name, per_page in records.items()}
+    baseline = summaries[configs[0].name]["decode_tokens_per_s"]
+    for summary in summaries.values():
+        summary["speedup"] = summary["decode_tokens_per_s"] / baseline if baseline else float("nan")
+    inference = next(iter(pipelines.values())).inference_precision
+    return _without_nan({"schema_version": SCHEMA_VERSION, "target": str(target), "device": device,
+            "precision": precision, "inference_precision": inference, "repeats": repeats,
+            "max_new_tokens": max_new_tokens, "pages": [page.name for page in pages], "output_mismatches": mismatches,
+            "configurations": [{"name": config.name, "draft": None if config.draft is None else str(config.draft),
+                                "markov_head_top_k": config.markov_head_top_k,
+                                "num_assistant_tokens": config.num_assistant_tokens, **summaries[config.name]}
+                               for config in configs]})
+
+
+def markdown_report(results: dict) -> str:
+    """The seed PR's table: draft weights, Markov head, decode tok/s, speedup, tokens per step."""
+    lines = ["| Draft | Markov head | K | Decode tok/s | Speedup | Tokens per step |", "|---|---|---|---|---|---|"]
+    for config in results["configurations"]:
+        if config["draft"] is None:
+            lines.append(f"| (target alone) | | | {config['decode_tokens_per_s']:.1f} | 1.00x | |")
+            continue
+        walk = "dense walk (top_k=0)" if config["markov_head_top_k"] == 0 else "Top-K scorer"
+        k = config["num_assistant_tokens"] or "block"
+        lines.append(f"| {Path(config['draft']).name} | {walk} | {k} | {config['decode_tokens_per_s']:.1f} | "
+                     f"{config['speedup']:.2f}x | {config['mean_tokens_per_step']:.2f} |")
+    return "\n".join(lines)
+
+
+def _without_nan(value):
+    """JSON has no NaN: undefined rates (nothing reached, empty bins) become null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _without_nan(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_nan(item) for item in value]
+    return value
+
+
+def configurations(drafts: list[Path], *, num_assistant_tokens: list[int | None], dense: bool) -> list[BenchConfig]:
+    """Target only, then each draft at each `num_assistant_tokens` (and the dense walk at the first, if `dense`)."""
+    configs = [BenchConfig(None)]
+    for draft in drafts:
+        for tokens in num_assistant_tokens:
+            configs.append(BenchConfig(draft, None, tokens))
+        if dense:
+            configs.append(BenchConfig(draft, 0, num_assistant_tokens[0]))
+    return configs

@@ -1,0 +1,107 @@
+"""What each speculative step did, as HTML for the notebooks and the OCR panel (no torch, no widgets).
+
+Per verification step: the drafted tokens as text, coloured accepted / first rejected / not verified, the
+target's bonus token (its own next token, emitted in every step), and each draft's confidence. And the
+speculative text beside the target-only text, with a mark saying whether they are identical.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from utils.engine.verification import StepRecord
+from utils.evaluation.compare import first_difference
+
+__all__ = ["DraftToken", "StepView", "step_views", "steps_html", "side_by_side_html"]
+
+_COLOURS = {"accepted": "#c8e6c9", "rejected": "#ffcdd2", "not verified": "#eeeeee", "bonus": "#bbdefb"}
+
+
+@dataclass(frozen=True)
+class DraftToken:
+    """One token of a step as the view shows it."""
+
+    text: str
+    status: str  # "accepted", "rejected" (the first mismatch), "not verified" or "bonus"
+    confidence: float | None = None
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One target pass: its drafts in order, then the target's bonus token (None when EOS or the budget cut
+    the step inside the accepted drafts)."""
+
+    index: int
+    drafts: tuple[DraftToken, ...]
+    bonus: DraftToken | None
+
+    @property
+    def accepted(self) -> int:
+        return sum(token.status == "accepted" for token in self.drafts)
+
+
+def step_views(steps: Sequence[StepRecord], detokenize: Callable[[list[int]], str]) -> list[StepView]:
+    """Classifies every drafted token of every step (the prefill step, which drafts nothing, shows its token
+    as the bonus).
+
+    Args:
+        steps: `OcrResult.metrics.steps` (or the reference loop's step records).
+        detokenize: token ids -> text, e.g. `SpeculativeOcrPipeline.token_text` (special tokens written out).
+    """
+    views = []
+    for index, step in enumerate(steps):
+        accepted = step.matched_drafts
+        confidences = step.confidences or (None,) * len(step.drafted)
+        drafts = []
+        for position, (token, confidence) in enumerate(zip(step.drafted, confidences)):
+            if position < accepted:
+                status = "accepted"
+            elif position == accepted and accepted < len(step.emitted):
+                status = "rejected"
+            else:
+                status = "not verified"
+            drafts.append(DraftToken(detokenize([token]), status, confidence))
+        bonus = None if accepted >= len(step.emitted) else DraftToken(detokenize([step.emitted[accepted]]), "bonus")
+        views.append(StepView(index, tuple(drafts), bonus))
+    return views
+
+
+def _visible(text: str) -> str:
+    return html.escape(text).replace(" ", "&middot;").replace("\n", "&#8629;") or "&empty;"
+
+
+def _chip(token: DraftToken, *, label: str | None = None) -> str:
+    style = (f"background:{_COLOURS[token.status]};padding:1px 3px;margin:1px;border-radius:3px;"
+             f"font-family:monospace;display:inline-block")
+    strike = ";text-decoration:line-through" if token.status == "rejected" else ""
+    confidence = "" if token.confidence is None else f"<sub>{token.confidence:.2f}</sub>"
+    text = html.escape(label) if label is not None else _visible(token.text)
+    return f'<span title="{token.status}" style="{style}{strike}">{text}{confidence}</span>'
+
+
+def steps_html(views: Sequence[StepView]) -> str:
+    """A table: one row per step with its coloured drafts, the bonus token, and the accepted count."""
+    legend = " ".join(_chip(DraftToken("", status), label=status) for status in _COLOURS)
+    rows = "".join(
+        f"<tr><td>{view.index}</td><td style='text-align:left'>{''.join(_chip(t) for t in view.drafts)}</td>"
+        f"<td style='text-align:left'>{_chip(view.bonus) if view.bonus else ''}</td>"
+        f"<td>{view.accepted} of {len(view.drafts)}</td></tr>"
+        for view in views)
+    return (f"<div>{legend} &nbsp; small numbers: the confidence head's predicted acceptance</div>"
+            f"<table class='dspark-steps'><tr><th>step</th><th style='text-align:left'>drafted tokens</th>"
+            f"<th style='text-align:left'>bonus</th><th>accepted</th></tr>{rows}</table>")
+
+
+def side_by_side_html(speculative: str, target_only: str) -> str:
+    """The speculative and the target-only text in two columns, headed by whether they are identical."""
+    if speculative == target_only:
+        verdict = "<b style='color:#2e7d32'>identical &#10003;</b>"
+    else:
+        verdict = (f"<b style='color:#c62828'>different from character {first_difference(speculative, target_only)} "
+                   f"on &#10007;</b>")
+    cell = "<td style='vertical-align:top;text-align:left'><pre class='{}' style='white-space:pre-wrap'>{}</pre></td>"
+    return (f"<div class='dspark-verdict'>Speculative vs target only: {verdict}</div><table><tr><th>speculative</th>"
+            f"<th>target only</th></tr><tr>{cell.format('dspark-speculative', html.escape(speculative))}"
+            f"{cell.format('dspark-target-only', html.escape(target_only))}</tr></table>")

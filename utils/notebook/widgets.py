@@ -1,0 +1,145 @@
+"""ipywidgets helpers for the notebooks (ipywidgets is imported inside, so `utils` stays light)."""
+
+from __future__ import annotations
+
+from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
+
+__all__ = ["device_widget", "precision_widget", "ocr_app"]
+
+
+def device_widget(default: str | None = None, *, extra: tuple[str, ...] = ("AUTO",)):
+    """A dropdown of the OpenVINO devices on this machine; defaults to GPU when an Intel GPU is present.
+
+    Args:
+        default: the device to preselect (falls back to `utils.stack.default_device()` when absent).
+        extra: virtual devices offered after the real ones.
+    """
+    import ipywidgets as widgets
+
+    from utils.stack import default_device, list_devices
+
+    devices = list_devices()
+    options = [device for device, _ in devices] + [device for device in extra if device not in dict(devices)]
+    value = default if default in options else default_device(devices)
+    return widgets.Dropdown(options=options, value=value, description="Device:")
+
+
+def precision_widget(default: str = "f32"):
+    """A dropdown of the inference precisions (`utils.engine.device.PRECISIONS`): f32, exact, or the device's
+    own (bf16 on CPUs that have it, f16 on GPUs), faster, where a near-tie may flip a token."""
+    import ipywidgets as widgets
+
+    options = [("f32 (exact)", "f32"), ("device default (bf16/f16)", "default")]
+    return widgets.Dropdown(options=options, value=default, description="Precision:")
+
+
+def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: str = DEFAULT_PROMPT,
+            max_new_tokens: int = 64):
+    """The interactive OCR panel of notebook 05 and of the Voila app (`app/speculative-ocr.ipynb`).
+
+    Pick a sample page (previewed) or upload an image (a button clears it), set the prompt, precision, draft
+    tokens per step, Markov computation, confidence threshold and token budget, and press the button: the
+    page is read with the target alone and with the draft, and the panel shows the streamed text, both texts
+    side by side with an "identical" mark, the per-step view and the metrics. Bad input gets a message, not a
+    traceback, and the panel stays usable. Every control carries a `dspark-*` CSS class, so a browser test
+    can find it.
+
+    Args:
+        target: the target IR folder.
+        draft: the draft IR folder.
+        pages: `utils.evaluation.pages.sample_pages()`.
+        device: the OpenVINO device; None adds a device dropdown to the panel.
+    """
+    import io
+
+    import ipywidgets as widgets
+    from IPython.display import HTML, Markdown
+
+    from utils.evaluation.compare import compare_runs, metrics_rows
+    from utils.notebook.display import markdown_table
+    from utils.notebook.step_view import side_by_side_html, step_views, steps_html
+    from utils.pipeline.preprocessing.image_io import load_rgb_image
+    from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
+
+    pipelines = {}  # (device, precision) -> (baseline, speculative), compiled on first use
+
+    def pipelines_for(device_name: str, precision_name: str):
+        key = (device_name, precision_name)
+        if key not in pipelines:
+            pipelines[key] = (SpeculativeOcrPipeline(target, device=device_name, precision=precision_name),
+                              SpeculativeOcrPipeline(target, draft, device=device_name, precision=precision_name))
+        return pipelines[key]
+
+    devices = device_widget() if device is None else None
+    block_size = pipelines_for(device or devices.value, "f32")[1].block_size
+    page = widgets.Dropdown(options=[(p.name, index) for index, p in enumerate(pages)], description="Page:")
+    upload = widgets.FileUpload(accept="image/*", multiple=False, description="Upload")
+    clear = widgets.Button(description="Clear upload", disabled=True)
+    preview = widgets.Image(format="png", layout=widgets.Layout(max_width="420px"))
+    prompt = widgets.Text(value=default_prompt, description="Prompt:")
+    precision = precision_widget()
+    wide = {"description_width": "initial"}
+    assistant = widgets.IntSlider(value=block_size, min=1, max=block_size, description="Draft tokens:", style=wide)
+    markov = widgets.ToggleButtons(options=[("Top-K scorer", None), ("dense walk", 0)], description="Markov head:")
+    threshold = widgets.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.05, description="Confidence ≥", style=wide)
+    budget = widgets.BoundedIntText(value=max_new_tokens, min=1, max=4096, description="Max tokens:")
+    run = widgets.Button(description="Read the page", button_style="primary")
+    text, result = widgets.Output(), widgets.Output()
+
+    def chosen_image():
+        if upload.value:
+            return load_rgb_image(bytes(upload.value[0]["content"]))
+        return pages[page.value].image
+
+    def show_preview(_=None):
+        clear.disabled = not upload.value
+        try:
+            image = chosen_image()
+        except ValueError as error:
+            preview.value = b""
+            result.outputs = ()
+            result.append_stdout(f"error: {error}\n")
+            return
+        buffer = io.BytesIO()
+        image.convert("RGB").save(buffer, format="PNG")
+        preview.value = buffer.getvalue()
+
+    def on_clear(_):
+        upload.value = ()
+        show_preview()
+
+    def on_run(_):
+        # Outputs are appended, not captured with `with output:`, which would show an error as a traceback.
+        run.disabled, run.description = True, "Reading..."
+        text.outputs, result.outputs = (), ()
+        try:
+            baseline, speculative = pipelines_for(device or devices.value, precision.value)
+            runs = compare_runs(baseline, speculative, chosen_image(), prompt.value, max_new_tokens=budget.value,
+                                num_assistant_tokens=assistant.value, markov_head_top_k=markov.value,
+                                confidence_threshold=threshold.value, streamer=text.append_stdout)
+        except ValueError as error:
+            result.append_stdout(f"error: {error}\n")
+        else:
+            drafted, alone = runs["speculative"], runs["target only"]
+            result.append_display_data(HTML(side_by_side_html(drafted.texts[0], alone.texts[0])))
+            result.append_display_data(HTML(steps_html(step_views(drafted.metrics.steps, speculative.token_text))))
+            result.append_display_data(Markdown(markdown_table(metrics_rows(runs))))
+        finally:
+            run.disabled, run.description = False, "Read the page"
+
+    named = {"page": page, "upload": upload, "clear": clear, "preview": preview, "prompt": prompt,
+             "precision": precision, "assistant": assistant, "markov": markov, "threshold": threshold,
+             "budget": budget, "run": run, "text": text, "result": result}
+    for name, widget in named.items():
+        widget.add_class(f"dspark-{name}")
+    page.observe(show_preview, names="value")
+    upload.observe(show_preview, names="value")
+    clear.on_click(on_clear)
+    run.on_click(on_run)
+    show_preview()
+    settings = [prompt, precision, assistant, markov, threshold, budget, run]
+    if devices is not None:
+        devices.add_class("dspark-device")
+        settings.insert(1, devices)
+    controls = widgets.VBox([widgets.HBox([page, upload, clear]), *settings])
+    return widgets.VBox([widgets.HBox([controls, preview]), text, result])

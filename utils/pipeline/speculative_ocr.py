@@ -1,0 +1,234 @@
+"""Speculative OCR on OpenVINO Runtime: MiniCPM-OCR verified against its DSpark draft, without torch.
+
+One `generate` call is the OCR front end, then the decoding engine:
+
+    image -> preprocessing (numpy/PIL) -> vision IR -> features scattered into the prompt embeddings
+          -> `utils.engine.decoder.SpeculativeDecoder` (prefill, then draft / verify / accept steps)
+          -> tokens -> text (openvino-tokenizers detokenizer), streamed as it is accepted
+
+Without a draft the engine decodes with the target alone (the baseline). Either way the output is the
+target's own greedy output, token for token.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from utils.engine.decoder import SpeculativeDecoder
+from utils.engine.device import compile_properties, inference_precision, resolve_device
+from utils.engine.draft import DSparkProposer
+from utils.engine.metrics import GenerationMetrics
+from utils.engine.proposal import Proposer
+from utils.engine.timing import StageTimer
+from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
+
+__all__ = ["STOP_TOKENS", "OcrResult", "SpeculativeOcrPipeline", "TextStreamer", "stop_token_ids"]
+
+TEXT_AND_ANSWER_RESERVE = 1024  # context tokens kept for the prompt's text and the answer beside the image
+STOP_TOKENS = ("<|im_end|>",)  # the end of a chat turn stops an answer whatever eos_token_id says
+
+
+class TextStreamer:
+    """Turns a growing list of token ids into new text pieces for a callback (holds back incomplete UTF-8)."""
+
+    def __init__(self, detokenize: Callable[[list[int]], str], callback: Callable[[str], object]):
+        self.detokenize, self.callback = detokenize, callback
+        self.printed = ""
+
+    def put(self, tokens: list[int], *, final: bool = False) -> None:
+        """Sends the text added since the last call; a trailing partial character waits unless `final`."""
+        text = self.detokenize(tokens)
+        if text.endswith("\ufffd") and not final:
+            return
+        if len(text) > len(self.printed):
+            self.callback(text[len(self.printed):])
+        self.printed = text
+
+
+@dataclass
+class OcrResult:
+    """The answer of one OCR request (field names as OpenVINO GenAI's `VLMDecodedResults`)."""
+
+    texts: list[str]
+    tokens: list[int]
+    metrics: GenerationMetrics
+    drafted: bool = field(default=False)
+
+    def get_num_accepted_tokens(self) -> int:
+        """Accepted draft tokens over the run (OpenVINO GenAI's name)."""
+        return sum(self.metrics.accepted_per_step)
+
+
+class SpeculativeOcrPipeline:
+    """OCR with a MiniCPM-OCR IR folder and, optionally, a DSpark draft IR folder.
+
+    Args:
+        target: folder written by `utils.export.export_target`.
+        draft: folder written by `utils.export.export_draft`, or None for target-only decoding.
+        proposer: a stand-in for the draft (tests, engine benchmarks); excludes `draft`.
+        block_size: the largest `num_assistant_tokens` a `proposer` serves (a draft brings its own).
+        device: `CPU`, `GPU`, `AUTO` or None (GPU when an Intel GPU is present).
+        precision: "f32" (exact: the output equals target-only decoding token for token) or "default" (the
+            device's own precision, bf16 on this CPU, f16 on a GPU: faster, and a near-tie may flip).
+        cache_dir: compiled-kernel cache for GPU/AUTO.
+        chat_template_kwargs: extra chat-template arguments; templates with an `enable_thinking` switch are
+            rendered in non-thinking mode unless this says otherwise.
+    """
+
+    def __init__(self, target: Path | str, draft: Path | str | None = None, *, device: str | None = None,
+                 precision: str = "default", cache_dir: Path | str | None = None, proposer: Proposer | None = None,
+                 block_size: int | None = None, chat_template_kwargs: dict | None = None):
+        import openvino_genai as ov_genai
+
+        from utils.engine.language_model import LanguageModelSession
+        from utils.pipeline.preprocessing import ChatPromptBuilder, ImagePreprocessor
+        from utils.pipeline.vision import TextEmbeddings, VisionEncoder
+
+        self.target_folder = Path(target)
+        self.device = resolve_device(device)
+        properties = compile_properties(self.device, precision=precision, cache_dir=cache_dir)
+        self.preprocess = ImagePreprocessor.from_pretrained(self.target_folder)
+        self.build_prompt = ChatPromptBuilder.from_pretrained(self.target_folder, template_kwargs=chat_template_kwargs)
+        self.tokenizer = ov_genai.Tokenizer(str(self.target_folder))
+        self.vision = VisionEncoder(self.target_folder, self.device, properties=properties)
+        self.embed = TextEmbeddings(self.target_folder, self.device, properties=properties)
+        self.language_model = LanguageModelSession(self.target_folder, device=self.device, properties=properties)
+        self._check_context_fits(self.preprocess.config)
+        self.precision = precision
+        self.inference_precision = inference_precision(self.vision.compiled)  # what the device really runs
+        config = json.loads((self.target_folder / "config.json").read_text())
+        self.image_token_id = int(config["image_token_id"])
+        self.eos_token_ids = stop_token_ids(self.target_folder)
+        self.proposer, self.block_size = proposer, block_size
+        if draft is not None:
+            if proposer is not None:
+                raise ValueError("pass either draft or proposer, not both")
+            self._attach_draft(Path(draft), properties)
+        self.decoder(None)  # checks the block size against the verify IR now, not at the first page
+
+    def _check_context_fits(self, config) -> None:
+        """Refuses, at load, image settings whose largest page would not fit the language model's context."""
+        room = self.language_model.max_length - TEXT_AND_ANSWER_RESERVE
+        if config.max_image_tokens > room:
+            raise ValueError(
+                f"{self.target_folder}: the image processor's max_slice_nums={config.max_slice_nums} lets one "
+                f"page take up to {config.max_image_tokens} image tokens, more than the {room} the "
+                f"{self.language_model.max_length}-token context leaves beside the text and the answer; supported: "
+                f"max_slice_nums <= {room // config.max_tokens_per_tile - 1}")
+
+    def _attach_draft(self, folder: Path, properties: dict) -> None:
+        from utils.checkpoint.config import DSparkConfig
+        from utils.checkpoint.draft import TargetSpec, check_config_fits_target
+
+        config_path = folder / "config.json"
+        check_config_fits_target(DSparkConfig.from_folder(folder), TargetSpec.from_folder(self.target_folder),
+                                 source=str(config_path))
+        self.proposer = DSparkProposer.load(folder, self.device, properties=properties, embed=self.embed)
+        info = self.proposer.info
+        if list(info.target_layer_ids) != self.language_model.hidden_layer_ids:
+            raise ValueError(f"{config_path}: the draft reads target layers {list(info.target_layer_ids)}, but "
+                             f"{self.target_folder} was exported for layers {self.language_model.hidden_layer_ids}")
+        self.block_size = info.block_size
+
+    def prompt_embeddings(self, image, prompt: str = DEFAULT_PROMPT, timer: StageTimer | None = None) -> np.ndarray:
+        """The prompt's embeddings [T, H] with the page's image features scattered in: what prefill reads.
+
+        Args:
+            image: a path, bytes or PIL image.
+            prompt: the instruction after the image.
+            timer: records the time under "vision" (a fresh one by default).
+        """
+        timer = timer or StageTimer()
+        if not prompt or not prompt.strip():
+            raise ValueError(f"prompt is empty: say what to read, e.g. {DEFAULT_PROMPT!r}")
+        with timer.stage("vision"):
+            inputs = self.preprocess(image)
+            text = self.build_prompt([inputs.placeholder], prompt=prompt)
+            ids = np.asarray(self.tokenizer.encode(text, add_special_tokens=False).input_ids.data, np.int64)
+            embeds = self.embed(ids)[0]
+            features = self.vision(inputs.pixel_values, inputs.target_sizes)
+            embeds[ids[0] == self.image_token_id] = features
+        return embeds
+
+    def decoder(self, markov_head_top_k: int | None = None) -> SpeculativeDecoder:
+        """The decoding engine over this target and draft (cheap: it shares the compiled models).
+
+        Args:
+            markov_head_top_k: K of the draft's Top-K scorer; 0 selects the dense walk; None the exported default.
+        """
+        proposer = self.proposer
+        if markov_head_top_k is not None:
+            if not isinstance(proposer, DSparkProposer):
+                raise ValueError(f"markov_head_top_k={markov_head_top_k} needs a DSpark draft; this pipeline has "
+                                 f"{'none' if proposer is None else type(proposer).__name__}")
+            proposer = proposer.with_top_k(markov_head_top_k)
+        return SpeculativeDecoder(self.language_model, self.embed, stop_token_ids=self.eos_token_ids,
+                                  proposer=proposer, block_size=self.block_size)
+
+    def generate(self, image, prompt: str = DEFAULT_PROMPT, *, max_new_tokens: int = 512,
+                 num_assistant_tokens: int | None = None, markov_head_top_k: int | None = None,
+                 streamer: Callable[[str], object] | None = None, confidence_threshold: float = 0.0) -> OcrResult:
+        """Reads the text of one page.
+
+        Args:
+            image: a path, bytes or PIL image.
+            prompt: the instruction after the image.
+            max_new_tokens: token budget.
+            num_assistant_tokens: draft tokens verified per step, 1..block size (default: the block size).
+            markov_head_top_k: K of the Top-K candidate scorer; 0 selects the dense walk (default: min(64, Vd)).
+            streamer: called with each new piece of text as it is accepted.
+            confidence_threshold: verify only the leading drafts whose predicted acceptance reaches it.
+        """
+        decoder = self.decoder(markov_head_top_k)
+        timer = StageTimer()
+        front_end_before = self._front_end_openvino_seconds()
+        embeds = self.prompt_embeddings(image, prompt, timer)
+        front_end_seconds = self._front_end_openvino_seconds() - front_end_before
+        stream = None if streamer is None else TextStreamer(self._detokenize, streamer)
+        decoded = decoder.generate(embeds, max_new_tokens=max_new_tokens, num_assistant_tokens=num_assistant_tokens,
+                                   confidence_threshold=confidence_threshold, timer=timer,
+                                   on_step=None if stream is None else (lambda step, tokens: stream.put(tokens)))
+        if stream:
+            stream.put(decoded.tokens, final=True)
+        decoded.metrics.openvino_seconds += front_end_seconds
+        return OcrResult(texts=[self._detokenize(decoded.tokens)], tokens=decoded.tokens, metrics=decoded.metrics,
+                         drafted=decoder.proposer is not None)
+
+    def _detokenize(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def token_text(self, tokens: list[int]) -> str:
+        """The text of `tokens` with special tokens written out (`<|im_end|>`), for per-token views."""
+        return self.tokenizer.decode(tokens, skip_special_tokens=False)
+
+    def _front_end_openvino_seconds(self) -> float:
+        """Seconds inside the vision and text-embedding IRs so far (the decoder counts its own)."""
+        return self.vision.clock.seconds + self.embed.clock.seconds
+
+
+def stop_token_ids(folder: Path | str) -> tuple[int, ...]:
+    """The stop set: every `eos_token_id` of generation_config.json and config.json (top level, where
+    MiniCPM-V 4.6 keeps it, and text_config), and the ids of the chat's end-of-turn tokens (`STOP_TOKENS`)."""
+    folder = Path(folder)
+    sources = [(folder / "generation_config.json", ()), (folder / "config.json", ()),
+               (folder / "config.json", ("text_config",))]
+    ids = set()
+    for path, keys in sources:
+        config = json.loads(path.read_text()) if path.is_file() else {}
+        for key in keys:
+            config = config.get(key, {})
+        eos = config.get("eos_token_id")
+        ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    tokenizer = folder / "tokenizer.json"
+    if tokenizer.is_file():
+        added = json.loads(tokenizer.read_text()).get("added_tokens", [])
+        ids.update(token["id"] for token in added if token.get("content") in STOP_TOKENS)
+    if not ids:
+        raise ValueError(f"{folder}: no eos_token_id in generation_config.json or config.json, and no "
+                         f"{list(STOP_TOKENS)} in tokenizer.json: the answer would never stop")
+    return tuple(sorted(int(token) for token in ids))

@@ -1,1 +1,0 @@
-"""Inference on OpenVINO Runtime with numpy only: no torch, no transformers on this path."""
