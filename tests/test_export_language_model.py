@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from utils.checkpoint.config import DSparkConfig
-from utils.contract import HIDDEN_STATES_RT_INFO_KEY, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_FILES
+from utils.contract import HIDDEN_STATES_RT_INFO_KEY, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_FILES, LanguageModelConfig
 from utils.engine.device import F32_PROPERTIES
 from utils.engine.language_model import LanguageModelSession, rebuild_recurrent_state
 from utils.export.language_model import export_language_model
@@ -137,7 +137,7 @@ def verify_case(target, prompts, hidden_layer_ids):
 @pytest.mark.parametrize("block_length, accepted", [(9, 1), (9, 4), (9, 9), (5, 3), (5, 5)])
 def test_verify_then_accept_continues_like_transformers(session, target, verify_case, hidden_layer_ids,
                                                         block_length, accepted):
-    """accepted = 1 keeps only the anchor (no draft accepted); blocks of 5 are right-padded to the IR's 9."""
+    """accepted = 1 keeps only the anchor (no draft accepted); the dynamic verify IR runs blocks of 5 as they are."""
     prompt, block, following = verify_case["prompt"], verify_case["block"][:block_length], verify_case["following"]
     session.reset()
     session.prefill(prompt)
@@ -237,7 +237,7 @@ def test_rt_info_locates_every_decoder_layer_output(exported, target, prompts, h
 
     model.add_outputs(producers)  # on the last IR read (verify), run from an empty state
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    length = model.input("inputs_embeds").get_partial_shape()[1].get_length()
+    length = LanguageModelConfig.read(exported).variant("verify").length  # the most tokens: its S is dynamic
     embeds = prompts[0][1][:length]
     inputs = {"inputs_embeds": embeds[None], "position_ids": np.arange(length)[None],
               "attention_mask": np.ones((1, length), np.int64)}
@@ -258,6 +258,8 @@ def test_export_writes_the_variant_description(exported, hidden_layer_ids, sessi
     assert {name: spec["length"] for name, spec in description["variants"].items()} == {
         "prefill": PREFILL_CHUNK, "decode": 1, "verify": session.verify_length}
     assert description["variants"]["verify"]["rollback"] is True
+    assert {name: spec["dynamic"] for name, spec in description["variants"].items()} == {
+        "prefill": False, "decode": False, "verify": True}
     assert session.clock.seconds > 0 and session.host_seconds >= 0 and session.call_clock.seconds > session.clock.seconds
 
 
@@ -287,3 +289,28 @@ def test_session_rejects_bad_calls(session, prompts):
 
 def test_driver_imports_neither_torch_nor_transformers(run_without_torch):
     run_without_torch("import utils.engine.language_model")
+
+
+def test_a_static_verify_ir_pads_short_blocks_and_agrees_with_the_dynamic_one(target, tmp_path, session, verify_case,
+                                                                             hidden_layer_ids):
+    """Exports with `dynamic_verify=False` (and configs written before the flag existed) still run."""
+    import openvino as ov
+
+    export_language_model(target, tmp_path, hidden_layer_ids=hidden_layer_ids, verify_length=session.verify_length,
+                          prefill_chunk=PREFILL_CHUNK, dynamic_verify=False)
+    static_ir = ov.Core().read_model(tmp_path / LANGUAGE_MODEL_FILES["verify"])
+    assert static_ir.input("inputs_embeds").get_partial_shape()[1].get_length() == session.verify_length
+    raw = json.loads((tmp_path / LANGUAGE_MODEL_CONFIG).read_text())
+    for spec in raw["variants"].values():
+        del spec["dynamic"]  # as written before the flag
+    (tmp_path / LANGUAGE_MODEL_CONFIG).write_text(json.dumps(raw))
+    static = LanguageModelSession(tmp_path, properties=F32_PROPERTIES, max_length=1024)
+    results = []
+    for each in (session, static):
+        each.reset()
+        each.prefill(verify_case["prompt"])
+        logits, _ = each.verify(verify_case["block"][:5])
+        each.accept(3)
+        results.append((logits, each.decode_one(verify_case["following"][0])[0]))
+    (dynamic_logits, dynamic_next), (static_logits, static_next) = results
+    assert _max_diff(dynamic_logits, static_logits) <= TOLERANCE and _max_diff(dynamic_next, static_next) <= TOLERANCE

@@ -147,12 +147,13 @@ def rollback_log_decay(i: int) -> str:
 
 @dataclass(frozen=True)
 class LanguageModelVariant:
-    """One language-model IR: a static token count S and what it outputs."""
+    """One language-model IR: its token count S (static, or dynamic up to a maximum) and what it outputs."""
 
     name: str  # "prefill", "decode" or "verify"
-    length: int  # S, tokens per call
+    length: int  # S, tokens per call (the most tokens per call when `dynamic`)
     all_logits: bool  # logits of every position (else of the last one only)
     rollback: bool  # the rollback terms of the linear-attention layers
+    dynamic: bool = False  # takes any S in 1..length (a verification costs what it verifies), else exactly length
 
     @property
     def file(self) -> str:
@@ -188,8 +189,8 @@ class LanguageModelConfig:
     def from_json(cls, raw: dict) -> LanguageModelConfig:
         """Reads `to_json`'s object."""
         names = [field.name for field in dataclasses.fields(LanguageModelVariant)]
-        variants = tuple(LanguageModelVariant(**{name: spec[name] for name in names})
-                         for spec in raw["variants"].values())
+        variants = tuple(LanguageModelVariant(**{name: spec[name] for name in names if name in spec})
+                         for spec in raw["variants"].values())  # fields with defaults may be absent
         return cls(weight_format=raw["weight_format"], hidden_size=raw["hidden_size"], vocab_size=raw["vocab_size"],
                    hidden_layer_ids=tuple(raw["hidden_layer_ids"]), layer_types=tuple(raw["layer_types"]),
                    variants=variants, format_version=raw["format_version"])

@@ -72,6 +72,7 @@ class _Variant:
     request: ov.InferRequest
     length: int
     rollback: bool
+    dynamic: bool
     output_index: dict
 
 
@@ -113,7 +114,8 @@ class LanguageModelSession:
     def _compile(core, folder: Path, variant: LanguageModelVariant, device, properties) -> _Variant:
         compiled = core.compile_model(folder / variant.file, device, properties)
         output_index = {name: index for index, port in enumerate(compiled.outputs) for name in port.get_names()}
-        return _Variant(compiled, compiled.create_infer_request(), variant.length, variant.rollback, output_index)
+        return _Variant(compiled, compiled.create_infer_request(), variant.length, variant.rollback, variant.dynamic,
+                        output_index)
 
     def _allocate_state(self, model: ov.Model) -> None:
         shapes = {port.get_any_name(): port.get_partial_shape() for port in model.inputs}
@@ -222,7 +224,8 @@ class LanguageModelSession:
     def verify(self, block_embeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Runs a verification block (anchor + drafts) in one inference without committing it.
 
-        Blocks shorter than the verify IR are right-padded; padded positions never reach the kept state.
+        A dynamic verify IR runs the block as it is, so verifying fewer drafts costs less; a static one
+        right-pads shorter blocks (padded positions never reach the kept state).
 
         Args:
             block_embeds: [S, H] with 1 <= S <= verify_length.
@@ -264,9 +267,11 @@ class LanguageModelSession:
         return embeds
 
     def _run(self, name: str, embeds: np.ndarray, *, pad_left: int) -> dict:
-        """One inference of IR `name` on embeds [k, H] placed after `pad_left` pads, right-padded to its length."""
+        """One inference of IR `name` on embeds [k, H] placed after `pad_left` pads, right-padded to its length
+        (a dynamic IR takes the k tokens as they are: it costs what it computes)."""
         variant = self._variants[name]
-        length, count = variant.length, len(embeds)
+        count = len(embeds)
+        length = count if variant.dynamic else variant.length
         padded = np.zeros((1, length, embeds.shape[1]), np.float32)
         padded[0, pad_left:pad_left + count] = embeds
         mask = np.zeros((1, length), np.int64)
@@ -282,7 +287,7 @@ class LanguageModelSession:
     def _commit(self, name: str, outputs: dict, *, start: int, stop: int) -> None:
         """Keeps the state after positions [start, stop) of a call's block (positions before start are pads)."""
         variant, past_length = self._variants[name], self._past_length
-        kept = stop - start
+        kept, call_length = stop - start, outputs[HIDDEN_STATES].shape[1]
         for past, present in self._kv_ports:
             self._kv_buffers[past][:, past_length:past_length + kept] = outputs[present][:, start:stop]
         for layer in self._linear_layers:
@@ -290,13 +295,13 @@ class LanguageModelSession:
             window = outputs[present_conv_window(layer)]
             self._linear_state[past_conv_state(layer)][...] = window[:, :, stop:stop + width]
             state = self._linear_state[past_recurrent_state(layer)]
-            if stop == variant.length:
+            if stop == call_length:
                 state[...] = outputs[present_recurrent_state(layer)]
             elif variant.rollback and start == 0:
                 state[...] = rebuild_recurrent_state(
                     state, outputs[rollback_key(layer)], outputs[rollback_delta(layer)],
                     outputs[rollback_log_decay(layer)], stop)
             else:
-                raise ValueError(f"the {name} IR has no rollback outputs: it can only keep all {variant.length} "
+                raise ValueError(f"the {name} IR has no rollback outputs: it can only keep all {call_length} "
                                  f"tokens, not {kept}; export with rollback_outputs=True")
         self._past_length = past_length + kept

@@ -9,7 +9,10 @@ differences that matter for export:
 - It returns the per-token state corrections `delta` ("v_new" in HF; the beta-scaled prediction error of
   each token), which is what lets a runtime rebuild the recurrent state after any prefix (see the runtime's
   `rebuild_recurrent_state`).
-- The sequence length is static (the chunk loop unrolls at trace time); the last chunk may be shorter.
+- The chunk loop unrolls at trace time. With `pad_to`, the sequence is zero-padded to that many tokens inside
+  the graph first, so any S <= pad_to runs the same unrolled chunks: a dynamic-S IR. Padding at the end is
+  exact: a padded token has k = v = 0, beta = 0 and g = 0, so it changes neither the state nor the earlier
+  outputs (each output depends only on the tokens before it).
 
 Shape symbols:
     S: tokens, Hv: value heads (keys and queries already repeated to Hv), dk: key dim, dv: value dim.
@@ -70,6 +73,7 @@ def chunk_gated_delta_rule(
     initial_state: torch.Tensor,
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    pad_to: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Runs the gated delta rule over S tokens in chunks of `chunk_size`.
 
@@ -84,18 +88,29 @@ def chunk_gated_delta_rule(
         beta: [1, Hv, S], in (0, 1).
         initial_state: [1, Hv, dk, dv], the state before the first token.
         chunk_size: tokens per chunk (the matrix-power inverse needs ceil(log2(chunk_size)) factors).
+        pad_to: the most tokens S may be, for a graph whose S is dynamic (None: S is static).
 
     Returns:
         output [1, Hv, S, dv], final state [1, Hv, dk, dv], per-token corrections delta [1, Hv, S, dv].
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size={chunk_size} must be >= 1")
+    length = query.shape[-2]  # traced: the slices below follow the real S of a dynamic graph
+    if pad_to is not None:
+        query, key, value, log_decay, beta = (_pad_tokens(x, pad_to) for x in (query, key, value, log_decay, beta))
     state = initial_state
     outputs, deltas = [], []
-    for start in range(0, query.shape[-2], chunk_size):
+    for start in range(0, pad_to or length, chunk_size):
         piece = slice(start, start + chunk_size)
         output, state, delta = _chunk(query[..., piece, :], key[..., piece, :], value[..., piece, :],
                                       log_decay[..., piece], beta[..., piece], state)
         outputs.append(output)
         deltas.append(delta)
-    return torch.cat(outputs, dim=-2), state, torch.cat(deltas, dim=-2)
+    return torch.cat(outputs, dim=-2)[..., :length, :], state, torch.cat(deltas, dim=-2)[..., :length, :]
+
+
+def _pad_tokens(x: torch.Tensor, length: int) -> torch.Tensor:
+    """x [1, Hv, S(, d)] zero-padded to `length` tokens on axis 2, for any S <= length (no shape arithmetic:
+    append `length` zeros, keep the first `length`)."""
+    zeros = torch.zeros(x.shape[:2] + (length,) + x.shape[3:], dtype=x.dtype)
+    return torch.cat((x, zeros), dim=2)[:, :, :length]

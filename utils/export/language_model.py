@@ -1,13 +1,16 @@
 """MiniCPM-OCR's text model (Qwen3.5, hybrid Gated DeltaNet + gated attention) as OpenVINO IRs for speculative decoding.
 
 The HF layers are re-run on their own weights by a wrapper with **explicit state inputs and outputs**, traced
-once per static token count S (a traced Python loop freezes S; only the past length stays dynamic):
+once per variant. A traced Python loop freezes the chunk loop of the gated delta rule, so each variant has a
+most tokens per call S; the past length is always dynamic, and the verify IR's S is dynamic up to its maximum
+(the gated delta rule pads to it inside the graph, which is exact: `utils.export.gated_delta`):
 
 - `prefill`: S = `prefill_chunk`; logits of the last position only. The runtime left-pads the first chunk
   of a prompt with zero embeddings and `attention_mask` 0, which is exact: masked positions are zeroed at
   the input of every linear-attention layer (as HF does) and their keys are masked; their K/V are dropped.
 - `decode`: S = 1.
-- `verify`: S = `verify_length` (anchor + drafts); logits of every position, plus the **rollback terms**.
+- `verify`: S = 1 .. `verify_length` (anchor + drafts), so verifying fewer drafts costs less; logits of every
+  position, plus the **rollback terms**.
 
 Inputs (`{i}` is the decoder layer index; every name is defined in `utils.contract`):
     inputs_embeds [1, S, H] f32; position_ids [1, S] i64; attention_mask [1, S] i64 (1 = token, 0 = pad);
@@ -67,16 +70,18 @@ __all__ = [
 ]
 
 
-def language_model_variants(*, prefill_chunk: int, verify_length: int,
-                            rollback_outputs: bool = True) -> tuple[LanguageModelVariant, ...]:
-    """The three IRs the runtime needs: prefill chunks, one-token decode, and the verification block."""
+def language_model_variants(*, prefill_chunk: int, verify_length: int, rollback_outputs: bool = True,
+                            dynamic_verify: bool = True) -> tuple[LanguageModelVariant, ...]:
+    """The three IRs the runtime needs: prefill chunks, one-token decode, and the verification block (by default
+    of any length up to `verify_length`, so that verifying fewer drafts costs less)."""
     for field, value in (("prefill_chunk", prefill_chunk), ("verify_length", verify_length)):
         if value < 1:
             raise ValueError(f"{field}={value} must be >= 1")
     return (
         LanguageModelVariant("prefill", prefill_chunk, all_logits=False, rollback=False),
         LanguageModelVariant("decode", 1, all_logits=True, rollback=False),
-        LanguageModelVariant("verify", verify_length, all_logits=True, rollback=rollback_outputs),
+        LanguageModelVariant("verify", verify_length, all_logits=True, rollback=rollback_outputs,
+                             dynamic=dynamic_verify),
     )
 
 
@@ -123,33 +128,33 @@ class _GatedAttentionWithCache(nn.Module):
         self.groups = config.num_attention_heads // config.num_key_value_heads
 
     def forward(self, hidden, cos, sin, mask_bias, past_key, past_value):
-        attention, length, head_dim = self.attention, hidden.shape[1], self.head_dim
-        query, gate = torch.chunk(attention.q_proj(hidden).view(1, length, -1, 2 * head_dim), 2, dim=-1)
+        attention, head_dim = self.attention, self.head_dim  # S may be dynamic: no shape arithmetic on it
+        query, gate = torch.chunk(attention.q_proj(hidden).unflatten(-1, (-1, 2 * head_dim)), 2, dim=-1)
         query = _apply_partial_rotary(attention.q_norm(query), cos, sin)
-        key = attention.k_norm(attention.k_proj(hidden).view(1, length, self.num_kv_heads, head_dim))
+        key = attention.k_norm(attention.k_proj(hidden).unflatten(-1, (self.num_kv_heads, head_dim)))
         key = _apply_partial_rotary(key, cos, sin)
-        value = attention.v_proj(hidden).view(1, length, self.num_kv_heads, head_dim)
+        value = attention.v_proj(hidden).unflatten(-1, (self.num_kv_heads, head_dim))
 
         keys = torch.cat((past_key, key), dim=1).permute(0, 2, 3, 1).unsqueeze(2)  # [1, Hkv, 1, D, P+S]
         values = torch.cat((past_value, value), dim=1).permute(0, 2, 1, 3).unsqueeze(2)  # [1, Hkv, 1, P+S, D]
-        grouped = query.view(1, length, self.num_kv_heads, self.groups, head_dim).permute(0, 2, 3, 1, 4)
+        grouped = query.unflatten(2, (self.num_kv_heads, self.groups)).permute(0, 2, 3, 1, 4)
         scores = (grouped @ keys) * attention.scaling + mask_bias  # [1, Hkv, groups, S, P+S]
         context = torch.softmax(scores, dim=-1) @ values  # [1, Hkv, groups, S, D]
-        context = context.permute(0, 3, 1, 2, 4).reshape(1, length, -1)
-        output = attention.o_proj(context * torch.sigmoid(gate.reshape(1, length, -1)))
+        context = context.permute(0, 3, 1, 2, 4).flatten(2)
+        output = attention.o_proj(context * torch.sigmoid(gate.flatten(2)))
         return output, key, value
 
 
 class _GatedDeltaNetWithState(nn.Module):
     """Qwen3.5 Gated DeltaNet on HF weights, with conv and recurrent state in and out."""
 
-    def __init__(self, linear_attention: nn.Module, *, chunk_size: int):
+    def __init__(self, linear_attention: nn.Module, *, chunk_size: int, pad_to: int | None = None):
         super().__init__()
         self.linear = linear_attention
-        self.chunk_size = chunk_size
+        self.chunk_size, self.pad_to = chunk_size, pad_to
 
     def forward(self, hidden, token_mask, conv_state, recurrent_state):
-        linear, length = self.linear, hidden.shape[1]
+        linear = self.linear
         heads_k, heads_v = linear.num_k_heads, linear.num_v_heads
         dim_k, dim_v = linear.head_k_dim, linear.head_v_dim
         hidden = hidden * token_mask.unsqueeze(-1)
@@ -158,29 +163,28 @@ class _GatedDeltaNetWithState(nn.Module):
         mixed = F.silu(F.conv1d(conv_window, linear.conv1d.weight, linear.conv1d.bias, groups=linear.conv_dim))
         query, key, value = torch.split(mixed.transpose(1, 2), [linear.key_dim, linear.key_dim, linear.value_dim],
                                         dim=-1)
-        query = self._per_value_head(_l2norm(query.reshape(1, length, heads_k, dim_k)), heads_v) * dim_k ** -0.5
-        key = self._per_value_head(_l2norm(key.reshape(1, length, heads_k, dim_k)), heads_v)
-        value = value.reshape(1, length, heads_v, dim_v)
+        query = self._per_value_head(_l2norm(query.unflatten(-1, (heads_k, dim_k))), heads_v) * dim_k ** -0.5
+        key = self._per_value_head(_l2norm(key.unflatten(-1, (heads_k, dim_k))), heads_v)
+        value = value.unflatten(-1, (heads_v, dim_v))
         beta = torch.sigmoid(linear.in_proj_b(hidden))
         log_decay = -linear.A_log.float().exp() * F.softplus(linear.in_proj_a(hidden) + linear.dt_bias)
 
         output, new_state, delta = chunk_gated_delta_rule(
             query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), log_decay.transpose(1, 2),
-            beta.transpose(1, 2), recurrent_state, chunk_size=self.chunk_size)
+            beta.transpose(1, 2), recurrent_state, chunk_size=self.chunk_size, pad_to=self.pad_to)
         gate = linear.in_proj_z(hidden).reshape(-1, dim_v)
-        output = linear.norm(output.transpose(1, 2).reshape(-1, dim_v), gate).reshape(1, length, -1)
+        output = linear.norm(output.transpose(1, 2).reshape(-1, dim_v), gate).reshape(1, -1, heads_v * dim_v)
         rollback = (key, delta.transpose(1, 2), log_decay.cumsum(dim=1))
         return linear.out_proj(output), conv_window, new_state, rollback
 
     @staticmethod
     def _per_value_head(x: torch.Tensor, heads_v: int) -> torch.Tensor:
         """[1, S, Hk, d] -> [1, S, Hv, d], each key head serving Hv/Hk consecutive value heads."""
-        _, length, heads_k, dim = x.shape
-        return x.unsqueeze(3).expand(1, length, heads_k, heads_v // heads_k, dim).reshape(1, length, heads_v, dim)
+        return x.repeat_interleave(heads_v // x.shape[2], dim=2)
 
 
 class TextModelWithState(nn.Module):
-    """The Qwen3.5 text model + lm_head with explicit state, for one static token count (one IR).
+    """The Qwen3.5 text model + lm_head with explicit state, for one variant's token count (one IR).
 
     forward(inputs_embeds, position_ids, attention_mask, *states) with states in layer order (full:
     past_key, past_value; linear: past_conv_state, past_recurrent_state) returns (logits, hidden_states,
@@ -200,7 +204,8 @@ class TextModelWithState(nn.Module):
         self.layer_types = list(self.config.layer_types)
         self.mixers = nn.ModuleList(
             _GatedAttentionWithCache(layer.self_attn, self.config) if kind == "full_attention"
-            else _GatedDeltaNetWithState(layer.linear_attn, chunk_size=chunk_size)
+            else _GatedDeltaNetWithState(layer.linear_attn, chunk_size=chunk_size,
+                                         pad_to=variant.length if variant.dynamic else None)
             for layer, kind in zip(self.layers, self.layer_types)
         )
         self.hidden_layer_ids = list(hidden_layer_ids)
@@ -215,11 +220,11 @@ class TextModelWithState(nn.Module):
 
     def _mask_bias(self, attention_mask, past_length_like):
         """Additive mask [S, P+S]: all past, causal in the block, masked keys hidden (a query always sees itself)."""
-        length = attention_mask.shape[1]
-        causal = torch.tril(torch.ones(length, length, dtype=torch.bool))
-        visible = causal & ((attention_mask[0] > 0).unsqueeze(0) | torch.eye(length, dtype=torch.bool))
+        index = torch.cumsum(torch.ones_like(attention_mask[0]), dim=0)  # 1..S, without shape arithmetic
+        causal, itself = index[None, :] <= index[:, None], index[None, :] == index[:, None]
+        visible = causal & ((attention_mask[0] > 0).unsqueeze(0) | itself)
         block = torch.where(visible, 0.0, torch.finfo(torch.float32).min)
-        past = torch.zeros(length, past_length_like.shape[1])
+        past = torch.zeros(block.shape[0], past_length_like.shape[1])  # [S, P]: traced sizes, both may be dynamic
         return torch.cat((past, block), dim=1)
 
     def forward(self, inputs_embeds, position_ids, attention_mask, *states):
@@ -313,10 +318,11 @@ def convert_language_model(model: nn.Module, *, variant: LanguageModelVariant, h
     wrapper = TextModelWithState(model, hidden_layer_ids=hidden_layer_ids, variant=variant,
                                  chunk_size=chunk_size, annotate=True).eval()
     example = _example_inputs(wrapper, past_length=3)
-    shapes = [[1, variant.length, wrapper.config.hidden_size], [1, variant.length], [1, variant.length]]
+    length = -1 if variant.dynamic else variant.length
+    shapes = [[1, length, wrapper.config.hidden_size], [1, length], [1, length]]
     shapes += [shape for _, shape in wrapper.state_specs()]
     with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # the static shapes are intended
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # static shapes are intended, dynamic S is traced
         warnings.simplefilter("ignore", FutureWarning)  # torch.jit.trace is what ov.convert_model uses
         ov_model = ov.convert_model(wrapper, example_input=example,
                                     input=[(ov.PartialShape(shape), tensor_type) for shape, tensor_type in
@@ -355,6 +361,7 @@ def export_language_model(
     prefill_chunk: int = 128,
     weight_format: str = "fp32",
     rollback_outputs: bool = True,
+    dynamic_verify: bool = True,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> dict:
     """Writes the prefill, decode and verify IRs and their `LanguageModelConfig` into `out_dir`.
@@ -369,6 +376,8 @@ def export_language_model(
         prefill_chunk: tokens per prefill call.
         weight_format: "fp32", "fp16" (compress_to_fp16 on save), "int8" or "int4" (`compress_weights`).
         rollback_outputs: give the verify IR the rollback terms (without them only full acceptance works).
+        dynamic_verify: the verify IR takes any S up to `verify_length` (a shorter verification costs less);
+            False: exactly `verify_length`, shorter blocks right-padded.
         chunk_size: tokens per chunk of the gated delta rule inside the graphs.
 
     Returns:
@@ -385,7 +394,7 @@ def export_language_model(
     config = language_model.config
     layer_ids = check_layer_ids(hidden_layer_ids, field="hidden_layer_ids", num_layers=config.num_hidden_layers)
     variants = language_model_variants(prefill_chunk=prefill_chunk, verify_length=verify_length,
-                                       rollback_outputs=rollback_outputs)
+                                       rollback_outputs=rollback_outputs, dynamic_verify=dynamic_verify)
     start = time.perf_counter()
     for variant in variants:
         ov_model = compress_weights(convert_language_model(model, variant=variant, hidden_layer_ids=list(layer_ids),
