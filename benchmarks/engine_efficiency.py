@@ -18,9 +18,10 @@ acceptance is forced:
 
 Both modes run through the decoding engine the OCR pipeline uses (`utils.engine.decoder.SpeculativeDecoder`),
 text only: the prompt is the random context's embeddings, taken from a numpy copy of the target's embedding
-table. Per-step counters are read in the decoder's `on_step` callback. Configurations are interleaved, rounds rotate their order, so drift in the shared
-CPU hits all of them alike. Per-step times are means over the steady steps: the first speculative step is
-left out (the draft ingests the C context positions there; reported apart as "first step"). Every run's
+table. Per-step counters are read in the decoder's `on_step` callback. Configurations are interleaved,
+rounds rotate their order, so drift in the shared CPU hits all of them alike. Per-step times are means over
+the steady steps: the first speculative step is left out (the draft ingests the C context positions there;
+reported apart as "first step"). Every run's
 tokens must equal the target-only greedy tokens; with `--precision f32` (f32 hint, and the CPU plugin's dynamic
 activation quantization off, which otherwise makes the 1-token and 16-token IRs disagree) a mismatch stops
 the script.
@@ -38,42 +39,48 @@ import argparse
 import gc
 import json
 import math
+import shutil
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.real_size_model import (HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model,
                                         real_size_draft_config, real_size_text_config, write_random_draft)
-from utils.contract import WEIGHT_FORMATS
+from utils.contract import WEIGHT_FORMATS, LanguageModelConfig
 from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.draft import DSparkProposer
 from utils.engine.proposal import Proposal
 from utils.engine.timing import Clock, StageTimer
 from utils.evaluation.compare import first_difference
 
-__all__ = ["TableEmbeddings", "ForcedAcceptanceProposer", "StepCounters", "main"]
+__all__ = ["TableEmbeddings", "tau_schedule", "ForcedAcceptanceProposer", "StepCounters", "summarize", "main"]
 
 EMBEDDINGS_FILE = "embed_tokens.npy"
 BLOCK_SIZE = VERIFY_LENGTH - 1
+PREFILL_CHUNK = 128
 COUNTERS = ("wall", "target", "session", "draft", "markov", "draft_stage", "markov_stage")
 
 
 def prepare_target(work: Path, weight_format: str) -> Path:
     """The exported random target (and its embedding table as .npy) in `work`, built on first use."""
-    from utils.export.language_model import export_language_model
+    from utils.export.language_model import export_language_model, language_model_variants
     from utils.files import atomic_directory
 
     folder = work / f"target-{weight_format}"
-    if folder.is_dir():
+    if folder.is_dir() and LanguageModelConfig.read(folder).variants == language_model_variants(
+            prefill_chunk=PREFILL_CHUNK, verify_length=VERIFY_LENGTH):
         return folder
+    if folder.is_dir():  # exported by an older exporter (other variants): export again
+        shutil.rmtree(folder)
     model = build_random_text_model(seed=0)
     print(f"random Qwen3.5 text model: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters; "
           f"exporting ({weight_format}) ...", flush=True)
     with atomic_directory(folder) as staging:
         np.save(staging / EMBEDDINGS_FILE, model.get_input_embeddings().weight.detach().numpy())
-        report = export_language_model(model, staging, hidden_layer_ids=HIDDEN_LAYER_IDS,
+        report = export_language_model(model, staging, hidden_layer_ids=HIDDEN_LAYER_IDS, prefill_chunk=PREFILL_CHUNK,
                                        verify_length=VERIFY_LENGTH, weight_format=weight_format)
     print(f"  exported in {report['export_seconds']:.0f} s", flush=True)
     del model
@@ -121,20 +128,27 @@ def accepted_drafts(tau: float, step: int) -> int:
     return math.floor((step + 1) * per_step + 1e-9) - math.floor(step * per_step + 1e-9)
 
 
+def tau_schedule(tau: float) -> Callable[[int], tuple[int, tuple[float, ...] | None]]:
+    """step -> (drafts to accept, no confidences of its own): `tau` tokens per step on average."""
+    if not 1.0 <= tau <= VERIFY_LENGTH:
+        raise ValueError(f"tau={tau} must be in [1, {VERIFY_LENGTH}] (tokens per step of a block of "
+                         f"{BLOCK_SIZE} drafts)")
+    return lambda step: (accepted_drafts(tau, step), None)
+
+
 class ForcedAcceptanceProposer:
     """A stand-in draft with forced acceptance: pays for the real draft and Markov head IRs, proposes known tokens.
 
     Each step runs the wrapped `DSparkProposer` (so the draft's context cache grows as in real use), then
-    discards its tokens: the first `accepted_drafts(tau, step)` proposals are the target's known greedy
-    continuation, the next one is wrong on purpose, the rest are the draft's own (random) tokens. It finds its
-    place in the continuation from the contexts it receives (`utils.engine.proposal`).
+    discards its tokens: the first `accepted` proposals of the schedule's step are the target's known greedy
+    continuation, the next one is wrong on purpose, the rest are the draft's own (random) tokens. The
+    confidences are the schedule's, when it has them (a replay of recorded runs), else the draft's. It finds
+    its place in the continuation from the contexts it receives (`utils.engine.proposal`).
     """
 
-    def __init__(self, draft: DSparkProposer, continuation: list[int], *, tau: float, vocab_size: int):
-        if not 1.0 <= tau <= VERIFY_LENGTH:
-            raise ValueError(f"tau={tau} must be in [1, {VERIFY_LENGTH}] (tokens per step of a block of "
-                             f"{BLOCK_SIZE} drafts)")
-        self.draft, self.continuation, self.tau, self.vocab_size = draft, continuation, tau, vocab_size
+    def __init__(self, draft: DSparkProposer, continuation: list[int], *,
+                 schedule: Callable[[int], tuple[int, tuple[float, ...] | None]], vocab_size: int):
+        self.draft, self.continuation, self.schedule, self.vocab_size = draft, continuation, schedule, vocab_size
         self.clocks = draft.clocks
         self.reset()
 
@@ -145,14 +159,17 @@ class ForcedAcceptanceProposer:
     def propose(self, anchor, context, *, num_tokens, timer) -> Proposal:
         walked = self.draft.propose(anchor, context, num_tokens=num_tokens, timer=timer)
         self._generated = 1 if self._generated is None else self._generated + len(context)
-        accepted = min(accepted_drafts(self.tau, self._step), num_tokens)
+        accepted, confidences = self.schedule(self._step)
+        accepted = min(accepted, num_tokens)
         self._step += 1
         start = self._generated
         drafts = list(self.continuation[start:start + accepted])
         if accepted < num_tokens:
             drafts.append((self.continuation[start + accepted] + 1) % self.vocab_size)
             drafts += walked.target_ids[accepted + 1:num_tokens]
-        return Proposal(tuple(drafts), walked.confidences)
+        if confidences is not None:
+            confidences = (tuple(confidences) + (0.0,) * num_tokens)[:num_tokens]
+        return Proposal(tuple(drafts), walked.confidences if confidences is None else confidences)
 
 
 class StepCounters:
@@ -164,6 +181,7 @@ class StepCounters:
 
     def __init__(self, decoder: SpeculativeDecoder):
         self.decoder = decoder
+        self.last_steps = []  # the StepRecords of the last run, the prefill step first
 
     def _reading(self, timer: StageTimer) -> dict:
         language_model = self.decoder.language_model
@@ -173,7 +191,8 @@ class StepCounters:
                 "session": language_model.host_seconds, "draft": draft, "markov": markov,
                 "draft_stage": stages["draft"], "markov_stage": stages["markov_head"]}
 
-    def run(self, context_embeds: np.ndarray, max_new_tokens: int) -> tuple[list[int], list[dict], float]:
+    def run(self, context_embeds: np.ndarray, max_new_tokens: int, *, confidence_threshold: float = 0.0
+            ) -> tuple[list[int], list[dict], float]:
         """(tokens, per-step counters after the first token, decode seconds) of one generation after the context."""
         timer, readings, emitted = StageTimer(), [], []
 
@@ -181,7 +200,9 @@ class StepCounters:
             readings.append(self._reading(timer))
             emitted.append(len(step.emitted))
 
-        decoded = self.decoder.generate(context_embeds, max_new_tokens=max_new_tokens, timer=timer, on_step=record)
+        decoded = self.decoder.generate(context_embeds, max_new_tokens=max_new_tokens, timer=timer, on_step=record,
+                                        confidence_threshold=confidence_threshold)
+        self.last_steps = decoded.metrics.steps
         steps = [{key: after[key] - before[key] for key in COUNTERS} | {"emitted": count}
                  for before, after, count in zip(readings, readings[1:], emitted[1:])]
         return decoded.tokens, steps, decoded.metrics.decode_seconds
@@ -240,7 +261,7 @@ def measure(language_model, embed: TableEmbeddings, draft: DSparkProposer, *, co
         runners = {"target": target_only} | {
             tau: StepCounters(SpeculativeDecoder(
                 language_model, embed, stop_token_ids=no_stop, block_size=BLOCK_SIZE,
-                proposer=ForcedAcceptanceProposer(draft, reference, tau=tau, vocab_size=vocab_size)))
+                proposer=ForcedAcceptanceProposer(draft, reference, schedule=tau_schedule(tau), vocab_size=vocab_size)))
             for tau in taus}
         setups[context] = (context_embeds, reference, runners)
     raw = {(context, name): {"steps": [], "first_step_ms": [], "decode_s": [], "matches": []}
@@ -314,8 +335,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--draft-weight-format", default="fp32", choices=WEIGHT_FORMATS)
     parser.add_argument("--precision", default="f32", choices=["f32", "default"],
                         help="f32: f32 hint and no dynamic activation quantization (exact: the invariant is "
-                             "asserted); default: the CPU's defaults (bf16 here; mismatches are reported, not fatal, and the "
-                             "forced acceptance collapses after the first one, so tau falls towards 1)")
+                             "asserted); default: the CPU's defaults (bf16 here; mismatches are reported, not fatal, "
+                             "and the forced acceptance collapses after the first one, so tau falls towards 1)")
     parser.add_argument("--contexts", type=int, nargs="+", default=[1024, 3072], help="context tokens C")
     parser.add_argument("--taus", type=float, nargs="+", default=[2.0, 4.0, 5.47, 8.0, 16.0],
                         help="forced tokens per step (upstream's real pair: 5.47)")

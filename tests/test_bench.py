@@ -90,12 +90,14 @@ def results(tiny_ir):
 
     configs = [BenchConfig(None), BenchConfig(tiny_ir[1]), BenchConfig(tiny_ir[1], 0, 4)]
     return run_benchmark(tiny_ir[0], configs, sample_pages()[:2], max_new_tokens=16, repeats=2, device="CPU",
-                         precision="f32", progress=False)
+                         precision="f32", draft_precision="default", progress=False)
 
 
 def test_results_schema_and_invariant(results):
+    """The draft at the device's own precision (bf16 here) never changes the f32 target's output."""
     json.dumps(results, allow_nan=False)  # valid JSON: no NaN
-    assert results["schema_version"] == 2 and results["output_mismatches"] == []
+    assert results["schema_version"] == 3 and results["draft_precision"] == "default"
+    assert results["output_mismatches"] == []
     assert results["repeats"] == 2 and results["precision"] == "f32" and results["inference_precision"] == "f32"
     names = [config["name"] for config in results["configurations"]]
     assert names == ["target only", "draft, Top-K scorer", "draft, dense walk, K=4"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.engine_efficiency import ForcedAcceptanceProposer, StepCounters
+from benchmarks.cpu_speedup import RecordedStep, replay_schedule
+from benchmarks.engine_efficiency import ForcedAcceptanceProposer, StepCounters, tau_schedule
 from oracle import NoisyAnswer
 from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.device import F32_PROPERTIES
@@ -72,7 +73,8 @@ def test_forced_acceptance_reaches_the_requested_tokens_per_step_and_counts_each
     reference, _, _ = StepCounters(SpeculativeDecoder(session, embed, stop_token_ids=())).run(prompt, 80)
     block_size = proposer.info.block_size
     for tau in (2.0, 3.5):
-        forced = ForcedAcceptanceProposer(proposer, reference, tau=tau, vocab_size=session.config.vocab_size)
+        forced = ForcedAcceptanceProposer(proposer, reference, schedule=tau_schedule(tau),
+                                          vocab_size=session.config.vocab_size)
         decoder = SpeculativeDecoder(session, embed, stop_token_ids=(), proposer=forced, block_size=block_size)
         tokens, steps, seconds = StepCounters(decoder).run(prompt, 60)
         assert tokens == reference[:60] and seconds > 0
@@ -80,3 +82,19 @@ def test_forced_acceptance_reaches_the_requested_tokens_per_step_and_counts_each
         assert sum(step["emitted"] for step in full_steps) / len(full_steps) == pytest.approx(tau, abs=0.1)
         assert all(step["target"] > 0 and step["draft"] > 0 and step["markov"] > 0 for step in steps)
         assert all(step["wall"] >= step["target"] + step["draft"] + step["markov"] for step in steps)
+
+
+def test_a_replay_verifies_only_the_confident_prefix_and_keeps_the_output(text_only):
+    """The threshold cuts each step at its first doubtful draft: the verification is shorter, the tokens the same."""
+    session, embed, proposer, prompt = text_only
+    reference, _, _ = StepCounters(SpeculativeDecoder(session, embed, stop_token_ids=())).run(prompt, 60)
+    recorded = [RecordedStep(3, (0.9, 0.8, 0.7, 0.2, 0.9)), RecordedStep(1, (0.95, 0.3, 0.9))]
+    forced = ForcedAcceptanceProposer(proposer, reference, schedule=replay_schedule(recorded),
+                                      vocab_size=session.config.vocab_size)
+    counters = StepCounters(SpeculativeDecoder(session, embed, stop_token_ids=(), proposer=forced,
+                                               block_size=proposer.info.block_size))
+    for threshold, verified, emitted in [(0.5, [3, 1, 3, 1], [4, 2, 4, 2]), (0.0, [8, 8, 8, 8], [4, 2, 4, 2])]:
+        tokens, _, _ = counters.run(prompt, 40, confidence_threshold=threshold)
+        assert tokens == reference[:40]
+        steps = counters.last_steps[1:5]
+        assert [len(step.drafted) for step in steps] == verified and [len(step.emitted) for step in steps] == emitted

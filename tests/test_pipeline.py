@@ -66,7 +66,7 @@ def test_partial_and_full_acceptance_equal_target_only(tiny_ir, answer, page, pr
     oracle = NoisyAnswer(expected, seed=seed, error_rate=error_rate)
     pipeline = SpeculativeOcrPipeline(tiny_ir[0], device="CPU", precision="f32", proposer=oracle, block_size=8)
     result = pipeline.generate(PAGES[page].image, PROMPTS[prompt], max_new_tokens=max_new_tokens,
-                               num_assistant_tokens=num_assistant_tokens)
+                               num_assistant_tokens=num_assistant_tokens, confidence_threshold=0.0)  # verify all
     assert tuple(result.tokens) == expected
     _check_metrics(result, num_assistant_tokens=num_assistant_tokens)
     if error_rate == 0.0:  # every step but the last emits a whole block: rollback never needed, state must hold
@@ -174,6 +174,8 @@ def test_command_line_at_f32_gives_the_target_only_tokens_and_says_its_precision
     assert speculative["tokens"] == alone["tokens"] and speculative["text"] == alone["text"]
     assert speculative["precision"] == alone["precision"] == "f32"
     assert speculative["inference_precision"] == "f32"
+    # the draft ran at the device's own precision (bf16 where the CPU has it) and the output did not move
+    assert speculative["draft_precision"] == "default" and speculative["draft_inference_precision"] in ("bf16", "f32")
     with pytest.raises(SystemExit):  # argparse refuses a precision it does not offer
         main(common[:-1] + ["bf17"])
 
@@ -228,7 +230,7 @@ def test_int8_target_speculative_output_equals_its_target_only_output(tiny_ir, t
     expected = tuple(baseline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=40).tokens)
     pipeline = SpeculativeOcrPipeline(int8, device="CPU", precision="f32", block_size=8,
                                       proposer=NoisyAnswer(expected, seed=1, error_rate=0.2))
-    result = pipeline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=40)
+    result = pipeline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=40, confidence_threshold=0.0)
     assert tuple(result.tokens) == expected
     assert any(0 < step.accepted < len(step.drafted) for step in result.metrics.steps)
 

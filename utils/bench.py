@@ -2,7 +2,7 @@
 
     python -m utils.bench [--target DIR] [--draft DIR ...] [--pages N] [--num-assistant-tokens K ...]
                           [--dense] [--max-new-tokens N] [--repeats N] [--device D] [--precision P]
-                          [--out results.json]
+                          [--draft-precision P] [--confidence-threshold P] [--out results.json]
 
 Every configuration (target only; each draft x Markov computation x num_assistant_tokens) first reads one
 page untimed (warm-up: the first inferences of a compiled model pay one-off costs), then every page,
@@ -19,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.device import PRECISIONS
 from utils.evaluation.benchmark import configurations, markdown_report, run_benchmark
 
@@ -38,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each page (the median counts)")
     parser.add_argument("--precision", choices=PRECISIONS, default="f32",
                         help="f32: exact, every output checked equal; default: the device's own (bf16/f16)")
+    parser.add_argument("--draft-precision", choices=PRECISIONS, default="default",
+                        help="the draft's (never changes the output): default: the device's own, faster; f32: "
+                             "acceptance figures that are the same on every machine")
+    parser.add_argument("--confidence-threshold", type=float, default=DEFAULT_CONFIDENCE_THRESHOLD,
+                        help="verify only the drafts the confidence head trusts this much (0: all)")
     parser.add_argument("--out", help="write the results JSON here")
     args = parser.parse_args(argv)
 
@@ -53,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         configs = configurations([Path(d) for d in drafts or []], num_assistant_tokens=args.num_assistant_tokens,
                            dense=args.dense)
         results = run_benchmark(Path(target), configs, sample_pages()[:args.pages], max_new_tokens=args.max_new_tokens,
-                                repeats=args.repeats, device=args.device, precision=args.precision)
+                                repeats=args.repeats, device=args.device, precision=args.precision,
+                                draft_precision=args.draft_precision,
+                                confidence_threshold=args.confidence_threshold)
     except (ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -2,7 +2,7 @@
 
     python -m utils.ocr IMAGE [--target DIR] [--draft DIR|none] [--prompt TEXT] [--max-new-tokens N]
                               [--num-assistant-tokens K] [--markov-head-top-k K] [--confidence-threshold P]
-                              [--device D] [--precision f32|default] [--json]
+                              [--device D] [--precision f32|default] [--draft-precision f32|default] [--json]
 
 With no --target it exports the shipped tiny pair into the suite's model cache once (`models/` at the
 repository root, or $DSPARK_OCR_MODELS) and reuses it afterwards. `--precision f32` makes the output equal
@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 
+from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.device import PRECISIONS
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
@@ -33,10 +34,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-assistant-tokens", type=int, default=None, help="default: the draft's block size")
     parser.add_argument("--markov-head-top-k", type=int, default=None,
                         help="K of the Top-K candidate scorer; 0 = dense walk (default: min(64, draft vocab))")
-    parser.add_argument("--confidence-threshold", type=float, default=0.0)
+    parser.add_argument("--confidence-threshold", type=float, default=DEFAULT_CONFIDENCE_THRESHOLD,
+                        help="verify only the drafts the confidence head trusts this much (0: all)")
     parser.add_argument("--device", default=None, help="CPU, GPU or AUTO (default: GPU when present)")
     parser.add_argument("--precision", choices=PRECISIONS, default="default",
                         help="f32: exact, equal to target-only output; default: the device's own (bf16/f16), faster")
+    parser.add_argument("--draft-precision", choices=PRECISIONS, default="default",
+                        help="the draft's precision, independent of the target's (never changes the output): default: "
+                             "the device's own, faster; f32: acceptance as on every machine")
     parser.add_argument("--json", action="store_true", help="print the text and metrics as one JSON object")
     return parser
 
@@ -57,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         target, draft = _model_folders(args)
-        pipeline = SpeculativeOcrPipeline(target, draft, device=args.device, precision=args.precision)
+        pipeline = SpeculativeOcrPipeline(target, draft, device=args.device, precision=args.precision,
+                                          draft_precision=args.draft_precision)
         streamer = None if args.json else (lambda text: print(text, end="", flush=True))
         result = pipeline.generate(args.image, args.prompt, max_new_tokens=args.max_new_tokens,
                                    num_assistant_tokens=args.num_assistant_tokens,
@@ -70,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"text": result.texts[0], "tokens": result.tokens, "device": pipeline.device,
                           "precision": args.precision, "inference_precision": pipeline.inference_precision,
+                          "draft_precision": args.draft_precision,
+                          "draft_inference_precision": pipeline.draft_inference_precision,
                           "draft": draft, "metrics": metrics.as_dict()}))
     else:
         print(f"\n\n{metrics.num_generated_tokens} tokens in {metrics.num_steps} steps "

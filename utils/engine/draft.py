@@ -97,7 +97,8 @@ class DraftModel:
         Args:
             folder: the exported draft folder (holds `DRAFT_MODEL`).
             device: an OpenVINO device name.
-            properties: compile properties (`utils.engine.device.compile_properties`; None: OpenVINO's defaults). Pass {} for the device's default precision.
+            properties: compile properties (`utils.engine.device.compile_properties`; None or {}: OpenVINO's
+                defaults, the device's own precision).
         """
         model = _read(folder, DRAFT_MODEL)
         self.info = read_draft_info(model, source=str(Path(folder) / DRAFT_MODEL))
@@ -109,7 +110,8 @@ class DraftModel:
         self._present_names = [name for layer in range(num_layers)
                                for name in (present_key(layer), present_value(layer))]
         self.clock = Clock()
-        self._request = _compile(model, device, properties).create_infer_request()
+        self.compiled = _compile(model, device, properties)
+        self._request = self.compiled.create_infer_request()
 
     @property
     def length(self) -> int:

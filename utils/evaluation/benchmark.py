@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.timing import STAGES
 from utils.engine.verification import mean_tokens_per_step
 from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, scored_positions,
@@ -23,7 +24,7 @@ from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
 __all__ = ["SCHEMA_VERSION", "BenchConfig", "summarize", "run_benchmark", "markdown_report", "configurations"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -82,12 +83,15 @@ def _median_run(repeats: list[dict]) -> dict:
 
 def run_benchmark(target: Path, configs: list[BenchConfig], pages, *, prompt: str = DEFAULT_PROMPT,
                   max_new_tokens: int = 128, repeats: int = 1, device: str | None = None,
-                  precision: str = "default", progress: bool = True) -> dict:
+                  precision: str = "default", draft_precision: str = "default",
+                  confidence_threshold: float = DEFAULT_CONFIDENCE_THRESHOLD, progress: bool = True) -> dict:
     """Warms every configuration up, runs it on every page `repeats` times, interleaved, and returns the
     results document.
 
     The first configuration must be target only: it is the baseline of every speedup, and the invariant
-    (speculative output = target-only output) is checked on every page and repeat.
+    (speculative output = target-only output) is checked on every page and repeat. `precision` is the
+    target's, `draft_precision` the draft's (acceptance figures are the same on every machine at "f32");
+    `confidence_threshold` 0 verifies every draft (what a calibration study needs).
     """
     from tqdm.auto import tqdm
 
@@ -99,11 +103,13 @@ def run_benchmark(target: Path, configs: list[BenchConfig], pages, *, prompt: st
         raise ValueError(f"repeats={repeats} must be >= 1")
     pipelines = {config.draft: None for config in configs}
     for draft in pipelines:
-        pipelines[draft] = SpeculativeOcrPipeline(target, draft, device=device, precision=precision)
+        pipelines[draft] = SpeculativeOcrPipeline(target, draft, device=device, precision=precision,
+                                                  draft_precision=draft_precision)
 
     def run(config: BenchConfig, page):
         options = {} if config.draft is None else {"num_assistant_tokens": config.num_assistant_tokens,
-                                                    "markov_head_top_k": config.markov_head_top_k}
+                                                    "markov_head_top_k": config.markov_head_top_k,
+                                                    "confidence_threshold": confidence_threshold}
         return pipelines[config.draft].generate(page.image, prompt, max_new_tokens=max_new_tokens, **options)
 
     for config in configs:
@@ -127,13 +133,15 @@ def run_benchmark(target: Path, configs: list[BenchConfig], pages, *, prompt: st
     for summary in summaries.values():
         summary["speedup"] = summary["decode_tokens_per_s"] / baseline if baseline else float("nan")
     inference = next(iter(pipelines.values())).inference_precision
-    return _without_nan({"schema_version": SCHEMA_VERSION, "target": str(target), "device": device,
-            "precision": precision, "inference_precision": inference, "repeats": repeats,
-            "max_new_tokens": max_new_tokens, "pages": [page.name for page in pages], "output_mismatches": mismatches,
-            "configurations": [{"name": config.name, "draft": None if config.draft is None else str(config.draft),
-                                "markov_head_top_k": config.markov_head_top_k,
-                                "num_assistant_tokens": config.num_assistant_tokens, **summaries[config.name]}
-                               for config in configs]})
+    settings = {"schema_version": SCHEMA_VERSION, "target": str(target), "device": device, "precision": precision,
+                "inference_precision": inference, "draft_precision": draft_precision,
+                "confidence_threshold": confidence_threshold, "repeats": repeats, "max_new_tokens": max_new_tokens,
+                "pages": [page.name for page in pages], "output_mismatches": mismatches}
+    configurations = [{"name": config.name, "draft": None if config.draft is None else str(config.draft),
+                       "markov_head_top_k": config.markov_head_top_k,
+                       "num_assistant_tokens": config.num_assistant_tokens, **summaries[config.name]}
+                      for config in configs]
+    return _without_nan(settings | {"configurations": configurations})
 
 
 def markdown_report(results: dict) -> str:

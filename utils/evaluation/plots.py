@@ -1,4 +1,4 @@
-"""Matplotlib figures of a benchmark results document (`utils.evaluation.benchmark.run_benchmark`), one question each."""
+"""Matplotlib figures of a benchmark results document (`utils.evaluation.benchmark.run_benchmark`), a question each."""
 
 from __future__ import annotations
 

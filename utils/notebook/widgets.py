@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
 __all__ = ["device_widget", "precision_widget", "ocr_app"]
@@ -81,7 +82,8 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
     wide = {"description_width": "initial"}
     assistant = widgets.IntSlider(value=block_size, min=1, max=block_size, description="Draft tokens:", style=wide)
     markov = widgets.ToggleButtons(options=[("Top-K scorer", None), ("dense walk", 0)], description="Markov head:")
-    threshold = widgets.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.05, description="Confidence ≥", style=wide)
+    threshold = widgets.FloatSlider(value=DEFAULT_CONFIDENCE_THRESHOLD, min=0.0, max=1.0, step=0.05,
+                                    description="Confidence ≥", style=wide)
     budget = widgets.BoundedIntText(value=max_new_tokens, min=1, max=4096, description="Max tokens:")
     run = widgets.Button(description="Read the page", button_style="primary")
     text, result = widgets.Output(), widgets.Output()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from utils.engine.decoder import SpeculativeDecoder
+from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD, SpeculativeDecoder
 from utils.engine.device import compile_properties, inference_precision, resolve_device
 from utils.engine.draft import DSparkProposer
 from utils.engine.metrics import GenerationMetrics
@@ -73,15 +73,19 @@ class SpeculativeOcrPipeline:
         proposer: a stand-in for the draft (tests, engine benchmarks); excludes `draft`.
         block_size: the largest `num_assistant_tokens` a `proposer` serves (a draft brings its own).
         device: `CPU`, `GPU`, `AUTO` or None (GPU when an Intel GPU is present).
-        precision: "f32" (exact: the output equals target-only decoding token for token) or "default" (the
-            device's own precision, bf16 on this CPU, f16 on a GPU: faster, and a near-tie may flip).
+        precision: the target's: "f32" (exact: the output equals target-only decoding token for token) or
+            "default" (the device's own precision, bf16 on this CPU, f16 on a GPU: faster, and a near-tie may flip).
+        draft_precision: the draft's, independent of the target's: the target verifies every draft token, so
+            this never changes the output, only how many drafts are accepted. "default" (the device's own, the
+            faster: README "Performance") or "f32" (acceptance figures that are the same on every machine).
         cache_dir: compiled-kernel cache for GPU/AUTO.
         chat_template_kwargs: extra chat-template arguments; templates with an `enable_thinking` switch are
             rendered in non-thinking mode unless this says otherwise.
     """
 
     def __init__(self, target: Path | str, draft: Path | str | None = None, *, device: str | None = None,
-                 precision: str = "default", cache_dir: Path | str | None = None, proposer: Proposer | None = None,
+                 precision: str = "default", draft_precision: str = "default", cache_dir: Path | str | None = None,
+                 proposer: Proposer | None = None,
                  block_size: int | None = None, chat_template_kwargs: dict | None = None):
         import openvino_genai as ov_genai
 
@@ -99,7 +103,8 @@ class SpeculativeOcrPipeline:
         self.embed = TextEmbeddings(self.target_folder, self.device, properties=properties)
         self.language_model = LanguageModelSession(self.target_folder, device=self.device, properties=properties)
         self._check_context_fits(self.preprocess.config)
-        self.precision = precision
+        self.precision, self.draft_precision = precision, draft_precision
+        self.draft_inference_precision = ""  # what the draft's device runs, once a draft is attached
         self.inference_precision = inference_precision(self.vision.compiled)  # what the device really runs
         config = json.loads((self.target_folder / "config.json").read_text())
         self.image_token_id = int(config["image_token_id"])
@@ -108,7 +113,8 @@ class SpeculativeOcrPipeline:
         if draft is not None:
             if proposer is not None:
                 raise ValueError("pass either draft or proposer, not both")
-            self._attach_draft(Path(draft), properties)
+            self._attach_draft(Path(draft), compile_properties(self.device, precision=draft_precision,
+                                                               cache_dir=cache_dir))
         self.decoder(None)  # checks the block size against the verify IR now, not at the first page
 
     def _check_context_fits(self, config) -> None:
@@ -134,6 +140,7 @@ class SpeculativeOcrPipeline:
             raise ValueError(f"{config_path}: the draft reads target layers {list(info.target_layer_ids)}, but "
                              f"{self.target_folder} was exported for layers {self.language_model.hidden_layer_ids}")
         self.block_size = info.block_size
+        self.draft_inference_precision = inference_precision(self.proposer.draft.compiled)
 
     def prompt_embeddings(self, image, prompt: str = DEFAULT_PROMPT, timer: StageTimer | None = None) -> np.ndarray:
         """The prompt's embeddings [T, H] with the page's image features scattered in: what prefill reads.
@@ -172,7 +179,8 @@ class SpeculativeOcrPipeline:
 
     def generate(self, image, prompt: str = DEFAULT_PROMPT, *, max_new_tokens: int = 512,
                  num_assistant_tokens: int | None = None, markov_head_top_k: int | None = None,
-                 streamer: Callable[[str], object] | None = None, confidence_threshold: float = 0.0) -> OcrResult:
+                 streamer: Callable[[str], object] | None = None,
+                 confidence_threshold: float = DEFAULT_CONFIDENCE_THRESHOLD) -> OcrResult:
         """Reads the text of one page.
 
         Args:
@@ -182,7 +190,7 @@ class SpeculativeOcrPipeline:
             num_assistant_tokens: draft tokens verified per step, 1..block size (default: the block size).
             markov_head_top_k: K of the Top-K candidate scorer; 0 selects the dense walk (default: min(64, Vd)).
             streamer: called with each new piece of text as it is accepted.
-            confidence_threshold: verify only the leading drafts whose predicted acceptance reaches it.
+            confidence_threshold: verify only the leading drafts whose predicted acceptance reaches it (0: all).
         """
         decoder = self.decoder(markov_head_top_k)
         timer = StageTimer()
