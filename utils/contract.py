@@ -20,6 +20,7 @@ import numpy as np
 import openvino as ov
 
 __all__ = [
+    "IR_FORMAT_VERSION",
     # weight formats
     "COMPRESSED_FORMATS", "WEIGHT_FORMATS",
     # target folder
@@ -35,6 +36,10 @@ __all__ = [
     "INPUT_IDS", "past_key", "past_value", "present_key", "present_value", "past_conv_state", "present_conv_window",
     "past_recurrent_state", "present_recurrent_state", "rollback_key", "rollback_delta", "rollback_log_decay",
 ]
+
+# The layout version of the IRs the exporter writes: bump it when an export changes (2: the verify IR's length is
+# dynamic), so that folders exported by older code are exported again where the suite caches them.
+IR_FORMAT_VERSION = 2
 
 # Weight formats: the same four for the target and the draft. fp16 is a save option (`compress_to_fp16`); the
 # compressed ones are NNCF weight compression (`utils.export.compression`).

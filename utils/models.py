@@ -5,14 +5,16 @@ below the models folder (`<repo>/models`, or $DSPARK_OCR_MODELS):
     tiny-ov/          its IR exports: target/ and draft/, plus the manifest of the pair they came from
     MiniCPM-OCR-1.0/, MiniCPM-OCR-1.0-DSpark/   the real checkpoints, when downloaded
 
-A change of the shipped pair (other files, so another manifest) makes its exports stale; they are then
-re-exported.
+A change of the shipped pair (other files, so another manifest) or of the exporter (`IR_FORMAT_VERSION`)
+makes its exports stale; they are then re-exported.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from utils.contract import IR_FORMAT_VERSION
 
 __all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "default_ir_pair", "download_real_pair",
            "missing_target_files", "missing_draft_files"]
@@ -42,7 +44,7 @@ def default_ir_pair(models: Path | str | None = None) -> tuple[Path, Path]:
     models = Path(models) if models is not None else models_dir()
     pair = default_pair()
     exports = models / "tiny-ov"
-    source_stamp = (pair.root / MANIFEST).read_text()
+    source_stamp = (pair.root / MANIFEST).read_text() + f"\nIR format {IR_FORMAT_VERSION}\n"
     stamp = exports / _EXPORT_STAMP
     stale = not stamp.is_file() or stamp.read_text() != source_stamp
     target, draft = exports / "target", exports / "draft"
