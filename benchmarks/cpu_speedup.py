@@ -28,13 +28,12 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.engine_efficiency import (BLOCK_SIZE, EMBEDDINGS_FILE, VERIFY_LENGTH, ForcedAcceptanceProposer,
-                                          StepCounters, TableEmbeddings, prepare_draft, prepare_target, summarize,
-                                          tau_schedule)
+                                          StepCounters, TableEmbeddings, check_invariant, in_round_order,
+                                          prepare_draft, prepare_target, summarize, tau_schedule)
 from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.device import compile_properties, inference_precision
 from utils.engine.draft import DSparkProposer
 from utils.engine.language_model import LanguageModelSession
-from utils.evaluation.compare import first_difference
 
 __all__ = ["DRAFT_SETTINGS", "RecordedStep", "record_tiny_pair_steps", "replay_schedule", "main"]
 
@@ -111,13 +110,10 @@ def measure(language_model, embed, drafts: dict, recorded: list[RecordedStep], *
     raw = {}
     for round_index in range(rounds):
         for context, (context_embeds, reference, configs) in setups.items():
-            names = list(configs)
-            for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+            for name in in_round_order(list(configs), round_index):
                 counters, threshold = configs[name]
                 tokens, steps, seconds = counters.run(context_embeds, new_tokens, confidence_threshold=threshold)
-                mismatch = first_difference(tokens, reference[:len(tokens)])
-                if mismatch is not None:
-                    raise RuntimeError(f"context {context}, {name}: token {mismatch} differs from target-only decoding")
+                check_invariant(tokens, reference, label=f"context {context}, {name}, round {round_index}", strict=True)
                 record = raw.setdefault((context, name), {"steps": [], "verified": [], "decode_s": []})
                 first = 0 if name == "target only" else 1  # the first speculative step ingests the context
                 record["steps"] += steps[first:]

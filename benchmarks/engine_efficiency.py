@@ -56,7 +56,8 @@ from utils.engine.proposal import Proposal
 from utils.engine.timing import Clock, StageTimer
 from utils.evaluation.compare import first_difference
 
-__all__ = ["TableEmbeddings", "tau_schedule", "ForcedAcceptanceProposer", "StepCounters", "summarize", "main"]
+__all__ = ["TableEmbeddings", "tau_schedule", "ForcedAcceptanceProposer", "StepCounters", "in_round_order",
+           "check_invariant", "summarize", "main"]
 
 EMBEDDINGS_FILE = "embed_tokens.npy"
 BLOCK_SIZE = VERIFY_LENGTH - 1
@@ -235,7 +236,14 @@ def summarize(steps: list[dict]) -> dict:
     }
 
 
-def _check_invariant(tokens: list[int], reference: list[int], *, label: str, strict: bool) -> bool:
+def in_round_order(names: list, round_index: int) -> list:
+    """The configurations in the order of round `round_index`: each round starts one later, so the shared CPU's
+    drift hits all of them alike."""
+    shift = round_index % len(names)
+    return names[shift:] + names[:shift]
+
+
+def check_invariant(tokens: list[int], reference: list[int], *, label: str, strict: bool) -> bool:
     """True when the run reproduced the target-only greedy tokens; raises instead when `strict`."""
     first = first_difference(tokens, reference[:len(tokens)])
     if first is None:
@@ -268,11 +276,10 @@ def measure(language_model, embed: TableEmbeddings, draft: DSparkProposer, *, co
            for context in contexts for name in ["target", *taus]}
     for round_index in range(rounds):
         for context, (context_embeds, reference, runners) in setups.items():
-            names = list(runners)
-            for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+            for name in in_round_order(list(runners), round_index):
                 tokens, steps, decode_seconds = runners[name].run(context_embeds, new_tokens)
                 record = raw[(context, name)]
-                record["matches"].append(_check_invariant(tokens, reference, strict=strict,
+                record["matches"].append(check_invariant(tokens, reference, strict=strict,
                                                           label=f"context {context}, {name}, round {round_index}"))
                 first = 0 if name == "target" else 1
                 record["first_step_ms"].append(1000 * steps[0]["wall"])
