@@ -1,8 +1,8 @@
 """Vision, text-embedding and tokenizer IR of the tiny target against transformers.
 
 Tolerances: fp32 IR compiled with the f32 hint (this CPU defaults to bf16) must give the features of
-`get_image_features` within `FEATURES_ATOL` (measured <= 1.7e-6); the fp16-weight IR within `FP16_ATOL`
-(measured <= 1.8e-3 on features of magnitude up to ~4).
+`get_image_features` within `FEATURES_ATOL`, in "4x" and in "16x" mode (measured <= 1.9e-6 and <= 2.1e-6 on
+features of magnitude up to ~4.5); the fp16-weight IR within `FP16_ATOL` (measured <= 1.8e-3).
 The embedding table lookup and the tokenizer round trip must be exact.
 """
 
@@ -48,6 +48,25 @@ def encoder(export_folder):
     return VisionEncoder(export_folder, "CPU", properties=F32_PROPERTIES)
 
 
+@pytest.fixture(scope="module")
+def model_16x(tiny_pair):
+    """The tiny target read in "16x" mode: its ViT window merger runs after vision layer `insert_layer_id` (0 of 2)."""
+    from transformers import MiniCPMOcrForConditionalGeneration
+
+    model = MiniCPMOcrForConditionalGeneration.from_pretrained(tiny_pair.target, downsample_mode="16x").eval()
+    assert 0 <= model.config.vision_config.insert_layer_id < model.config.vision_config.num_hidden_layers - 1
+    return model
+
+
+@pytest.fixture(scope="module")
+def export_folder_16x(model_16x, tmp_path_factory):
+    from utils.export.vision import export_vision_embeddings
+
+    folder = tmp_path_factory.mktemp("export-16x")
+    export_vision_embeddings(model_16x, folder)
+    return folder
+
+
 def _image(width: int, height: int) -> Image.Image:
     rng = np.random.default_rng(width * 10_000 + height)
     return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
@@ -57,26 +76,76 @@ def _reference_features(model, pixel_values: np.ndarray, target_sizes: np.ndarra
     import torch
 
     with torch.no_grad():
-        output = model.model.get_image_features(torch.from_numpy(pixel_values), torch.from_numpy(target_sizes))
+        output = model.model.get_image_features(torch.from_numpy(pixel_values), torch.from_numpy(target_sizes),
+                                                downsample_mode=model.config.downsample_mode)
     return torch.cat(output.pooler_output).numpy()
 
 
-def _real_scale(preprocess: ImagePreprocessor) -> ImagePreprocessor:
-    """The same tokens with the real model's slicing (448 px slices, up to 9): bigger tiles, 3 x 3 grids."""
-    config = dataclasses.replace(preprocess.config, scale_resolution=448, max_slice_nums=9)
+def _preprocessor(tiny_pair, *, scale: str, downsample_mode: str = "4x") -> ImagePreprocessor:
+    """The tiny target's preprocessing, or at the real model's slicing (448 px slices, up to 9: bigger tiles,
+    3 x 3 grids), in `downsample_mode`."""
+    preprocess = ImagePreprocessor.from_pretrained(tiny_pair.target)
+    real = {"scale_resolution": 448, "max_slice_nums": 9} if scale == "real" else {}
+    config = dataclasses.replace(preprocess.config, downsample_mode=downsample_mode, **real)
     return ImagePreprocessor(config, tokens=preprocess.tokens)
+
+
+def _assert_features_match(model, encoder, preprocess: ImagePreprocessor, image: Image.Image) -> None:
+    inputs = preprocess(image)
+    features = encoder(inputs.pixel_values, inputs.target_sizes)
+    expected = _reference_features(model, inputs.pixel_values, inputs.target_sizes)
+    assert features.shape == expected.shape == (inputs.num_image_tokens, model.config.text_config.hidden_size)
+    np.testing.assert_allclose(features, expected, rtol=0, atol=FEATURES_ATOL)
 
 
 @pytest.mark.parametrize("scale", ["tiny", "real"])
 @pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
 def test_vision_ir_features_match_get_image_features(model, tiny_pair, encoder, size, scale):
-    preprocess = ImagePreprocessor.from_pretrained(tiny_pair.target)
-    preprocess = _real_scale(preprocess) if scale == "real" else preprocess
-    inputs = preprocess(_image(*size))
-    features = encoder(inputs.pixel_values, inputs.target_sizes)
-    expected = _reference_features(model, inputs.pixel_values, inputs.target_sizes)
-    assert features.shape == expected.shape == (inputs.num_image_tokens, model.config.text_config.hidden_size)
-    np.testing.assert_allclose(features, expected, rtol=0, atol=FEATURES_ATOL)
+    _assert_features_match(model, encoder, _preprocessor(tiny_pair, scale=scale), _image(*size))
+
+
+@pytest.mark.parametrize("scale", ["tiny", "real"])
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def test_16x_vision_ir_features_match_get_image_features(model_16x, tiny_pair, export_folder_16x, size, scale):
+    """The ViT window merger inside the encoder, then the merger MLP: one feature per 4 x 4 patches."""
+    preprocess = _preprocessor(tiny_pair, scale=scale, downsample_mode="16x")
+    encoder = VisionEncoder(export_folder_16x, "CPU", properties=F32_PROPERTIES, image_processor=preprocess.config)
+    _assert_features_match(model_16x, encoder, preprocess, _image(*size))
+
+
+def test_vision_ir_records_its_downsample_mode(export_folder, export_folder_16x):
+    import openvino as ov
+
+    from utils.contract import DOWNSAMPLE_MODE_RT_INFO_KEY
+
+    for folder, mode in ((export_folder, "4x"), (export_folder_16x, "16x")):
+        vision = ov.Core().read_model(folder / VISION_EMBEDDINGS_NAME)
+        assert vision.get_rt_info(DOWNSAMPLE_MODE_RT_INFO_KEY).astype(str) == mode
+        assert VisionEncoder(folder).downsample_mode == mode
+
+
+def test_preprocessing_in_another_mode_is_refused_at_load(tiny_pair, export_folder, export_folder_16x):
+    config = ImagePreprocessor.from_pretrained(tiny_pair.target).config
+    for folder, preprocessing_mode, ir_mode in ((export_folder, "16x", "4x"), (export_folder_16x, "4x", "16x")):
+        with pytest.raises(ValueError, match=rf"processor_config\.json: downsample_mode='{preprocessing_mode}', but "
+                                             rf".*{VISION_EMBEDDINGS_NAME} was exported with downsample_mode="
+                                             rf"'{ir_mode}' \(config\.json\); the two files must agree"):
+            VisionEncoder(folder, image_processor=dataclasses.replace(config, downsample_mode=preprocessing_mode))
+
+
+def test_16x_export_needs_an_insert_layer_inside_the_encoder(model_16x):
+    import copy
+
+    from utils.export.vision import VisionEmbeddingsWrapper
+
+    broken = copy.deepcopy(model_16x)
+    broken.config.vision_config.insert_layer_id = broken.config.vision_config.num_hidden_layers
+    with pytest.raises(ValueError, match=r"config.json: insert_layer_id=2 must be a vision encoder layer in \[0, 1\] "
+                                         r"for downsample_mode '16x'"):
+        VisionEmbeddingsWrapper(broken)
+    broken.config.downsample_mode = "64x"
+    with pytest.raises(ValueError, match=r"config.json: downsample_mode '64x' is not supported"):
+        VisionEmbeddingsWrapper(broken)
 
 
 def test_features_and_embeddings_fill_the_prompt_like_the_model_does(model, tiny_pair, export_folder, encoder):

@@ -210,8 +210,20 @@ def test_image_settings_that_overflow_the_context_are_refused_at_load(tiny_ir, t
     config = json.loads((folder / "processor_config.json").read_text())
     config["image_processor"]["max_slice_nums"] = 1000
     (folder / "processor_config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match=r"max_slice_nums=1000 lets one page take up to \d+ image tokens.*"
-                                         r"supported: max_slice_nums <= \d+"):
+    with pytest.raises(ValueError, match=r"processor_config\.json: max_slice_nums=1000 lets one page take up to \d+ "
+                                         r"image tokens.*supported: max_slice_nums <= \d+"):
+        SpeculativeOcrPipeline(folder, device="CPU")
+
+
+def test_a_processor_config_in_another_downsample_mode_than_the_vision_ir_is_refused_at_load(tiny_ir, tmp_path):
+    import shutil
+
+    folder = shutil.copytree(tiny_ir[0], tmp_path / "target")
+    config = json.loads((folder / "processor_config.json").read_text())
+    config["image_processor"]["downsample_mode"] = "16x"
+    (folder / "processor_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"processor_config\.json: downsample_mode='16x', but .*vision_embeddings"
+                                         r"_model\.xml was exported with downsample_mode='4x'"):
         SpeculativeOcrPipeline(folder, device="CPU")
 
 

@@ -7,14 +7,16 @@ differ by up to `MAX_LEVELS` uint8 levels (2/255 before normalisation; 0.0157 af
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
 import zlib
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
+from utils.evaluation.pages import render_page, sample_pages
 from utils.pipeline.preprocessing import ChatPromptBuilder, ImagePreprocessor
 
 MAX_LEVELS = 2
@@ -23,15 +25,20 @@ SIZES = [(20, 20), (800, 100), (100, 900), (300, 300), (1500, 2000), (1, 1), (30
 OCR_MESSAGES = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Text Recognition:"}]}]
 
 
-@pytest.fixture(scope="module")
-def real_defaults_folder(tiny_pair, tmp_path_factory):
-    """The real model's image-processor defaults (scale_resolution 448, max_slice_nums 9) with the tiny tokenizer."""
+def _processor_folder(tiny_pair, folder, **image_settings):
+    """A folder with transformers' image-processor defaults (the real model's: scale_resolution 448,
+    max_slice_nums 9) overridden by `image_settings`, and the tiny tokenizer."""
     from transformers import AutoTokenizer, MiniCPMOcrImageProcessor, MiniCPMOcrProcessor, MiniCPMOcrVideoProcessor
 
-    folder = tmp_path_factory.mktemp("real-defaults")
-    MiniCPMOcrProcessor(image_processor=MiniCPMOcrImageProcessor(), video_processor=MiniCPMOcrVideoProcessor(),
+    MiniCPMOcrProcessor(image_processor=MiniCPMOcrImageProcessor(**image_settings),
+                        video_processor=MiniCPMOcrVideoProcessor(),
                         tokenizer=AutoTokenizer.from_pretrained(tiny_pair.target)).save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def real_defaults_folder(tiny_pair, tmp_path_factory):
+    return _processor_folder(tiny_pair, tmp_path_factory.mktemp("real-defaults"))
 
 
 @pytest.fixture(scope="module", params=["tiny", "real-defaults"])
@@ -69,7 +76,11 @@ def _level(processor) -> float:
 
 @pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
 def test_inputs_and_prompt_ids_match_transformers(folder, hf_processor, size):
-    image = _photo(*size)
+    _assert_matches_transformers(folder, hf_processor, _photo(*size))
+
+
+def _assert_matches_transformers(folder, hf_processor, image: Image.Image):
+    """Grids, target sizes, prompt ids and image-token counts equal; pixels within `MAX_LEVELS`."""
     ours = ImagePreprocessor.from_pretrained(folder)(image)
     prompt = ChatPromptBuilder.from_pretrained(folder)([ours.placeholder])
 
@@ -84,6 +95,85 @@ def test_inputs_and_prompt_ids_match_transformers(folder, hf_processor, size):
     ids = hf_processor.tokenizer(prompt)["input_ids"]
     assert ids == theirs["input_ids"][0].tolist()
     assert ids.count(hf_processor.image_token_id) == ours.num_image_tokens
+
+
+@pytest.fixture(scope="module", params=["4x", "16x"])
+def adaptive_folder(request, tiny_pair, tmp_path_factory):
+    """Real-scale settings with the adaptive upsizing of the published processor config, in both modes."""
+    folder = tmp_path_factory.mktemp(f"adaptive-{request.param}")
+    return _processor_folder(tiny_pair, folder, small_image_upsize="adaptive", downsample_mode=request.param)
+
+
+def _adaptive_pages() -> dict[str, Image.Image]:
+    """Pages that resolve differently under "adaptive": small dense text (upscaled), large text (kept native),
+    tiny images (towards 84 px), light text on dark, and sliced pages whose slices resolve differently."""
+    pages = [page.image for page in sample_pages()]
+    large_text = pages[0].resize((pages[0].width * 2, pages[0].height * 2), Image.Resampling.NEAREST)
+    mixed = Image.new("RGB", (701, 420), "white")  # 1 x 2 slices: dense text left, large text right from x = 350
+    mixed.paste(pages[3], (0, 0))
+    mixed.paste(pages[5], (0, 200))
+    mixed.paste(large_text.crop((0, 0, 340, 170)), (360, 240))
+    exact_cell = Image.new("RGB", (560, 392), "white")  # 1 x 2 slices of 280 x 392: the blank one is kept as it is
+    exact_cell.paste(pages[1], (5, 5))
+    exact_cell.paste(pages[4], (5, 150))
+    rounded_cells = Image.new("RGB", (300, 1052), "white")  # 3 x 1 slices cut at rows 351 and 701 (round, not floor)
+    rounded_cells.paste(large_text, (0, 400))
+    long_page = render_page("\n".join(page.text for page in sample_pages()), chars_per_line=90)
+    long_page_2x = long_page.resize((long_page.width * 2, long_page.height * 2), Image.Resampling.BICUBIC)
+    return {"text-block": pages[0], "table": pages[1], "receipt": pages[4], "light-on-dark": ImageOps.invert(pages[3]),
+            "large-text": large_text, "tiny-blank": Image.new("RGB", (40, 30), "white"),
+            "tiny-text": pages[0].crop((0, 0, 60, 20)), "photo": _photo(120, 90), "mixed-slices": mixed,
+            "exact-cell": exact_cell, "rounded-cells": rounded_cells, "sliced-page": long_page,
+            "sliced-page-2x": long_page_2x}
+
+
+ADAPTIVE_PAGES = _adaptive_pages()
+
+
+@pytest.mark.parametrize("name", list(ADAPTIVE_PAGES))
+def test_adaptive_upsizing_matches_transformers(adaptive_folder, name):
+    from transformers import AutoProcessor
+
+    _assert_matches_transformers(adaptive_folder, AutoProcessor.from_pretrained(adaptive_folder), ADAPTIVE_PAGES[name])
+
+
+def test_adaptive_upsizing_resolves_each_image_and_slice_on_its_own(adaptive_folder):
+    """The pages above really take the classifier's branches: otherwise the parity test proves little."""
+    preprocess = ImagePreprocessor.from_pretrained(adaptive_folder)
+    always = ImagePreprocessor(dataclasses.replace(preprocess.config, small_image_upsize="always"),
+                               tokens=preprocess.tokens)
+    never = ImagePreprocessor(dataclasses.replace(preprocess.config, small_image_upsize="never"),
+                              tokens=preprocess.tokens)
+    sizes = {name: preprocess(image).target_sizes.tolist() for name, image in ADAPTIVE_PAGES.items()}
+    assert sizes["text-block"] == always(ADAPTIVE_PAGES["text-block"]).target_sizes.tolist()
+    assert sizes["large-text"] == never(ADAPTIVE_PAGES["large-text"]).target_sizes.tolist()
+    assert sizes["tiny-blank"] not in (always(ADAPTIVE_PAGES["tiny-blank"]).target_sizes.tolist(),
+                                       never(ADAPTIVE_PAGES["tiny-blank"]).target_sizes.tolist())
+    _, dense, large = sizes["mixed-slices"]
+    assert dense == always(ADAPTIVE_PAGES["mixed-slices"]).target_sizes.tolist()[1]
+    assert large[0] * large[1] < dense[0] * dense[1]
+    assert len({tuple(size) for size in sizes["exact-cell"][1:]}) == 2
+
+
+def _page_sizes(count: int, *, max_aspect_ratio: float) -> list[tuple[int, int]]:
+    """(width, height) of random pages up to `max_aspect_ratio` either way, plus the thinnest ones."""
+    rng = np.random.default_rng(3)
+    sizes = [(int(rng.integers(1, 2400)), 0) for _ in range(count)]
+    sizes = [(width, int(np.clip(width * max_aspect_ratio ** rng.uniform(-1, 1), 1, 2400))) for width, _ in sizes]
+    return sizes + [(20 * side, side) for side in (1, 3, 14, 22, 60, 150)] + [(1344, 1344), (1400, 1300)]
+
+
+@pytest.mark.parametrize("downsample_mode", ["4x", "16x"])
+@pytest.mark.parametrize("upsize", ["always", "adaptive"])
+def test_max_image_tokens_bounds_pages_up_to_20_to_1(real_defaults_folder, downsample_mode, upsize):
+    """The bound the pipeline checks against the context at load (`max_image_tokens`) holds, and is tight."""
+    preprocess = ImagePreprocessor.from_pretrained(real_defaults_folder)
+    config = dataclasses.replace(preprocess.config, downsample_mode=downsample_mode, small_image_upsize=upsize)
+    preprocess = ImagePreprocessor(config, tokens=preprocess.tokens)
+    counts = [preprocess(Image.new("RGB", size, "white")).num_image_tokens
+              for size in _page_sizes(30, max_aspect_ratio=20)]
+    assert max(counts) <= config.max_image_tokens
+    assert max(counts) >= 0.75 * config.max_image_tokens
 
 
 def test_real_scale_slices_a_large_page_into_a_three_by_three_grid(real_defaults_folder):
@@ -211,13 +301,19 @@ def test_unsupported_settings_and_missing_files_are_named(tiny_pair, tmp_path):
 
     with pytest.raises(ValueError, match="has neither processor_config.json"):
         ImagePreprocessor.from_pretrained(tmp_path)
-    folder = tmp_path / "adaptive"
+    folder = tmp_path / "unsupported"
     shutil.copytree(tiny_pair.target, folder, ignore=shutil.ignore_patterns("*.safetensors"))
     config_path = folder / "processor_config.json"
     config = json.loads(config_path.read_text())
-    config["image_processor"]["small_image_upsize"] = "adaptive"
+    config["image_processor"]["small_image_upsize"] = "sometimes"
     config_path.write_text(json.dumps(config))
-    with pytest.raises(ValueError, match=r"processor_config.json: small_image_upsize 'adaptive' is not supported"):
+    with pytest.raises(ValueError, match=r"processor_config.json: small_image_upsize 'sometimes' is not supported "
+                                         r"\(supported: always, never, adaptive\)"):
+        ImagePreprocessor.from_pretrained(folder)
+    config["image_processor"].update(small_image_upsize="adaptive", downsample_mode="64x")
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"processor_config.json: downsample_mode must be one of \['16x', '4x'\], "
+                                         r"got '64x'"):
         ImagePreprocessor.from_pretrained(folder)
 
 

@@ -26,7 +26,7 @@ __all__ = [
     # target folder
     "VISION_EMBEDDINGS_NAME", "TEXT_EMBEDDINGS_NAME", "TOKENIZER_NAME", "DETOKENIZER_NAME", "LANGUAGE_MODEL_FILES",
     "LANGUAGE_MODEL_CONFIG", "LanguageModelVariant", "LanguageModelConfig", "HIDDEN_STATES_RT_INFO_KEY",
-    "TARGET_MANIFEST",
+    "DOWNSAMPLE_MODE_RT_INFO_KEY", "TARGET_MANIFEST",
     # draft folder
     "DRAFT_MODEL", "MARKOV_HEAD_MODEL", "RT_INFO_NAMESPACE", "RT_INFO_KEYS", "WEIGHT_FORMAT_KEY",
     "WEIGHT_COMPRESSION_KEY", "rt_info_path", "DraftInfo", "write_draft_info", "read_draft_info", "read_d2t",
@@ -56,6 +56,10 @@ LANGUAGE_MODEL_CONFIG = "openvino_language_model_config.json"  # `LanguageModelC
 # rt_info of each language-model IR (top level, the key optimum-intel writes for DFlash/Eagle-3 targets): where
 # every decoder layer's output is computed; layout in `utils.export.language_model`.
 HIDDEN_STATES_RT_INFO_KEY = "hidden_states_decoder_layers"
+# rt_info of the vision IR (top level): config.json's `downsample_mode` it computes ("4x" or "16x"), which the image
+# preprocessing must share, since it decides the image tokens per tile. Absent on IRs exported before it was
+# recorded, when only "4x" could be exported.
+DOWNSAMPLE_MODE_RT_INFO_KEY = "downsample_mode"
 TARGET_MANIFEST = "openvino_target_export.json"  # what `export_target` exported, from where, with which options
 
 # Draft folder (`utils.export.draft`).

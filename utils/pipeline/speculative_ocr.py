@@ -99,7 +99,8 @@ class SpeculativeOcrPipeline:
         self.preprocess = ImagePreprocessor.from_pretrained(self.target_folder)
         self.build_prompt = ChatPromptBuilder.from_pretrained(self.target_folder, template_kwargs=chat_template_kwargs)
         self.tokenizer = ov_genai.Tokenizer(str(self.target_folder))
-        self.vision = VisionEncoder(self.target_folder, self.device, properties=properties)
+        self.vision = VisionEncoder(self.target_folder, self.device, properties=properties,
+                                    image_processor=self.preprocess.config)
         self.embed = TextEmbeddings(self.target_folder, self.device, properties=properties)
         self.language_model = LanguageModelSession(self.target_folder, device=self.device, properties=properties)
         self._check_context_fits(self.preprocess.config)
@@ -122,7 +123,7 @@ class SpeculativeOcrPipeline:
         room = self.language_model.max_length - TEXT_AND_ANSWER_RESERVE
         if config.max_image_tokens > room:
             raise ValueError(
-                f"{self.target_folder}: the image processor's max_slice_nums={config.max_slice_nums} lets one "
+                f"{config.source}: max_slice_nums={config.max_slice_nums} lets one "
                 f"page take up to {config.max_image_tokens} image tokens, more than the {room} the "
                 f"{self.language_model.max_length}-token context leaves beside the text and the answer; supported: "
                 f"max_slice_nums <= {room // config.max_tokens_per_tile - 1}")

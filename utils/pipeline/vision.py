@@ -1,6 +1,8 @@
 """The exported vision and text-embedding IRs on OpenVINO Runtime, with numpy in and out (no torch).
 
-The vision IR takes one run of same-size tiles per inference (see `utils.export.vision` for why).
+The vision IR takes one run of same-size tiles per inference (see `utils.export.vision` for why). It computes the
+`downsample_mode` recorded in its rt_info, which decides the image tokens per tile; given the preprocessing's
+settings, `VisionEncoder` refuses at load an IR that would not return one feature per image token.
 
 Shape symbols:
     p: patch size; N: tiles of one image; L: packed length, sum of h_i * w_i * p; T: image tokens; H: hidden size
@@ -11,18 +13,33 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import openvino as ov
 
-from utils.contract import INPUT_IDS, PIXEL_VALUES, TARGET_SIZES, TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME
+from utils.contract import (DOWNSAMPLE_MODE_RT_INFO_KEY, INPUT_IDS, PIXEL_VALUES, TARGET_SIZES, TEXT_EMBEDDINGS_NAME,
+                            VISION_EMBEDDINGS_NAME)
 from utils.engine.device import openvino_core
 from utils.engine.timing import Clock
+from utils.pipeline.preprocessing.config import ImageProcessorConfig
 
 __all__ = ["VisionEncoder", "TextEmbeddings", "split_tiles"]
 
 
-def _compile(path: Path, *, device: str, properties: dict | None):
+def _ir_path(folder: Path | str, name: str) -> Path:
+    path = Path(folder) / name
     if not path.is_file():
         raise ValueError(f"{path} does not exist; export the target first")
-    return openvino_core().compile_model(path, device, properties or {})
+    return path
+
+
+def _compile(model: ov.Model | Path, *, device: str, properties: dict | None) -> ov.CompiledModel:
+    return openvino_core().compile_model(model, device, properties or {})
+
+
+def _downsample_mode(model: ov.Model) -> str:
+    """The vision IR's `downsample_mode`; "4x" for IRs exported before it was recorded (the only mode then)."""
+    if not model.has_rt_info(DOWNSAMPLE_MODE_RT_INFO_KEY):
+        return "4x"
+    return model.get_rt_info(DOWNSAMPLE_MODE_RT_INFO_KEY).astype(str)
 
 
 def split_tiles(pixel_values: np.ndarray, target_sizes: np.ndarray) -> list[tuple[tuple[int, int], np.ndarray]]:
@@ -53,14 +70,24 @@ def split_tiles(pixel_values: np.ndarray, target_sizes: np.ndarray) -> list[tupl
 class VisionEncoder:
     """Image features of a `PreprocessedImage`, as `MiniCPMOcrModel.get_image_features` returns them, concatenated."""
 
-    def __init__(self, folder: Path | str, device: str = "CPU", *, properties: dict | None = None) -> None:
+    def __init__(self, folder: Path | str, device: str = "CPU", *, properties: dict | None = None,
+                 image_processor: ImageProcessorConfig | None = None) -> None:
         """
         Args:
             folder: the export folder holding `VISION_EMBEDDINGS_NAME`.
             device: an OpenVINO device name.
             properties: compile properties, e.g. {"INFERENCE_PRECISION_HINT": "f32"}.
+            image_processor: the settings of the preprocessing that feeds this encoder, whose `downsample_mode`
+                must be the IR's.
         """
-        self.compiled = _compile(Path(folder) / VISION_EMBEDDINGS_NAME, device=device, properties=properties)
+        path = _ir_path(folder, VISION_EMBEDDINGS_NAME)
+        model = openvino_core().read_model(path)
+        self.downsample_mode = _downsample_mode(model)
+        if image_processor is not None and image_processor.downsample_mode != self.downsample_mode:
+            raise ValueError(f"{image_processor.source}: downsample_mode={image_processor.downsample_mode!r}, but "
+                             f"{path} was exported with downsample_mode={self.downsample_mode!r} (config.json); "
+                             "the two files must agree")
+        self.compiled = _compile(model, device=device, properties=properties)
         self.clock = Clock()
 
     def __call__(self, pixel_values: np.ndarray, target_sizes: np.ndarray) -> np.ndarray:
@@ -92,7 +119,7 @@ class TextEmbeddings:
             device: an OpenVINO device name.
             properties: compile properties.
         """
-        self.compiled = _compile(Path(folder) / TEXT_EMBEDDINGS_NAME, device=device, properties=properties)
+        self.compiled = _compile(_ir_path(folder, TEXT_EMBEDDINGS_NAME), device=device, properties=properties)
         self.clock = Clock()
 
     def __call__(self, input_ids: np.ndarray) -> np.ndarray:

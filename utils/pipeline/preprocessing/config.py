@@ -31,8 +31,8 @@ _IMAGE_PROCESSOR_DEFAULTS = {
     "do_resize": True,
     "resample": 3,
 }
-_TOKENS_PER_MERGED_PATCH = {"4x": 4, "16x": 16}
-_SUPPORTED_UPSIZE_MODES = ("always", "never")
+_PATCHES_PER_TOKEN = {"4x": 4, "16x": 16}  # transformers' `image_token_divisor`
+_SUPPORTED_UPSIZE_MODES = ("always", "never", "adaptive")
 _TOKEN_FIELDS = ("image_token", "image_start_token", "image_end_token", "slice_start_token", "slice_end_token",
                  "image_id_start_token", "image_id_end_token")
 
@@ -54,27 +54,35 @@ class ImageProcessorConfig:
     do_rescale: bool
     do_normalize: bool
     resample: int
+    source: Path  # the file the settings were read from, named by errors about them
 
     @property
     def merge_factor(self) -> int:
-        """Side of the patch block merged into one token: 2 for "4x", 4 for "16x"."""
+        """Side of the patch block merged into one token: 2 for "4x" (the merger MLP), 4 for "16x" (the ViT
+        window merger inside the encoder, then the merger MLP); tile sides are multiples of it in patches."""
         return 2 if self.downsample_mode == "4x" else 4
 
     @property
     def patches_per_token(self) -> int:
         """Vision patches per image token: 4 for "4x", 16 for "16x"."""
-        return _TOKENS_PER_MERGED_PATCH[self.downsample_mode]
+        return _PATCHES_PER_TOKEN[self.downsample_mode]
 
     @property
     def max_tokens_per_tile(self) -> int:
-        """An upper bound of the image tokens of one tile (the overview or a slice): at most one merged-patch
-        step larger per side than `scale_resolution` after rounding."""
+        """The image tokens of the largest tile (the overview or a slice) of a page: a tile's area is at most
+        `scale_resolution`², and rounding adds at most one merged-patch step per side.
+
+        A bound for tiles up to about 20:1 (tests/test_preprocessing.py checks pages up to that, in both modes);
+        a thinner strip, such as a single text line upscaled with "always", can take more.
+        """
         side = self.scale_resolution // self.patch_size + self.merge_factor
         return side * side // self.patches_per_token
 
     @property
     def max_image_tokens(self) -> int:
-        """An upper bound of the image tokens one image can take: the overview and `max_slice_nums` slices."""
+        """The image tokens of the largest page: the overview and `max_slice_nums` slices (see
+        `max_tokens_per_tile`), whatever `small_image_upsize` says: every mode resizes a tile to at most
+        `scale_resolution`² pixels before rounding."""
         return (self.max_slice_nums + 1) * self.max_tokens_per_tile
 
 
@@ -126,8 +134,8 @@ def load_image_processor_config(folder: Path | str) -> ImageProcessorConfig:
     """
     fields, source = _image_processor_fields(Path(folder))
     values = {**_IMAGE_PROCESSOR_DEFAULTS, **{k: v for k, v in fields.items() if k in _IMAGE_PROCESSOR_DEFAULTS}}
-    if values["downsample_mode"] not in _TOKENS_PER_MERGED_PATCH:
-        raise ValueError(f"{source}: downsample_mode must be one of {sorted(_TOKENS_PER_MERGED_PATCH)}, "
+    if values["downsample_mode"] not in _PATCHES_PER_TOKEN:
+        raise ValueError(f"{source}: downsample_mode must be one of {sorted(_PATCHES_PER_TOKEN)}, "
                          f"got {values['downsample_mode']!r}")
     if values["small_image_upsize"] not in _SUPPORTED_UPSIZE_MODES:
         raise ValueError(f"{source}: small_image_upsize {values['small_image_upsize']!r} is not supported "
@@ -141,7 +149,7 @@ def load_image_processor_config(folder: Path | str) -> ImageProcessorConfig:
         if len(values[name]) != 3:
             raise ValueError(f"{source}: {name} must have 3 values (RGB), got {values[name]!r}")
         values[name] = tuple(float(value) for value in values[name])
-    return ImageProcessorConfig(**values)
+    return ImageProcessorConfig(**values, source=source)
 
 
 def load_multimodal_tokens(folder: Path | str) -> MultimodalTokens:

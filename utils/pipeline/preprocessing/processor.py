@@ -19,10 +19,13 @@ import numpy as np
 from PIL import Image
 
 from .config import ImageProcessorConfig, MultimodalTokens, load_image_processor_config, load_multimodal_tokens
+from .glyphs import adaptive_upsize_resolution
 from .image_io import MAX_IMAGE_PIXELS, ImageSource, load_rgb_image
 from .slicing import find_best_resize, get_refine_size, get_sliced_grid
 
 __all__ = ["PreprocessedImage", "ImagePreprocessor", "reshape_by_patch", "build_image_placeholder"]
+
+_CELL_RESAMPLE = Image.Resampling.BICUBIC  # transformers resizes adaptive slices bicubic, whatever `resample` says
 
 
 @dataclass(frozen=True)
@@ -117,27 +120,75 @@ class ImagePreprocessor:
         """The whole image resized, then the slices of the refined image: uint8 [H, W, 3] arrays."""
         config = self.config
         size = (image.height, image.width)
-        sizing = {"scale_resolution": config.scale_resolution, "patch_size": config.patch_size,
-                  "merge_factor": config.merge_factor}
         grid = None
         if config.slice_mode:
             grid = get_sliced_grid(size, max_slice_nums=config.max_slice_nums,
                                    scale_resolution=config.scale_resolution)
-        upscale = grid is None and config.small_image_upsize == "always"
-        tiles = [self._resize(image, find_best_resize(size, allow_upscale=upscale, **sizing))]
-        if grid is not None:
-            refined = self._resize(image, get_refine_size(size, grid, **sizing))
-            rows, cols = grid
-            slice_height, slice_width = refined.shape[0] // rows, refined.shape[1] // cols
-            tiles += [refined[row * slice_height:(row + 1) * slice_height, col * slice_width:(col + 1) * slice_width]
-                      for row in range(rows) for col in range(cols)]
-        return tiles, grid
+        if grid is None:
+            return [self._resize(image, self._unsliced_size(image))], None
+        overview = self._resize(image, self._best_resize(size, resolution=config.scale_resolution, upscale=False))
+        refined = self._resize(image, get_refine_size(size, grid, scale_resolution=config.scale_resolution,
+                                                      patch_size=config.patch_size, merge_factor=config.merge_factor))
+        rows, cols = grid
+        slice_height, slice_width = refined.shape[0] // rows, refined.shape[1] // cols
+        slices = [refined[row * slice_height:(row + 1) * slice_height, col * slice_width:(col + 1) * slice_width]
+                  for row in range(rows) for col in range(cols)]
+        if config.small_image_upsize == "adaptive":
+            slices = [self._adaptive_slice(image, grid, divmod(index, cols), tile) for index, tile in enumerate(slices)]
+        return [overview, *slices], grid
 
-    def _resize(self, image: Image.Image, size: tuple[int, int]) -> np.ndarray:
+    def _best_resize(self, size: tuple[int, int], *, resolution: int, upscale: bool) -> tuple[int, int]:
+        return find_best_resize(size, scale_resolution=resolution, patch_size=self.config.patch_size,
+                                merge_factor=self.config.merge_factor, allow_upscale=upscale)
+
+    def _unsliced_size(self, image: Image.Image) -> tuple[int, int]:
+        """The size of an image that is not sliced: upscaled to `scale_resolution` ("always"), kept native
+        ("never"), or as the glyph classifier decides ("adaptive")."""
+        config = self.config
+        size = (image.height, image.width)
+        if config.small_image_upsize != "adaptive":
+            return self._best_resize(size, resolution=config.scale_resolution,
+                                     upscale=config.small_image_upsize == "always")
+        resolution = adaptive_upsize_resolution(np.asarray(image), config.scale_resolution)
+        return self._best_resize(size, resolution=resolution or config.scale_resolution, upscale=resolution is not None)
+
+    def _adaptive_slice(self, image: Image.Image, grid: tuple[int, int], cell: tuple[int, int],
+                        base_tile: np.ndarray) -> np.ndarray:
+        """Slice `cell` = (row, col) at the glyph classifier's resolution, cut from the original image, when that
+        costs fewer tokens than `base_tile` (the slice of the refined image); else `base_tile`.
+
+        As transformers' `_resolve_tile_size`: the cell's bounds are `round(side * index / count)` of the
+        original image, and a cell already of its target size is taken as it is.
+        """
+        config = self.config
+        (rows, cols), (row, col) = grid, cell
+        box = (round(image.width * col / cols), round(image.height * row / rows),
+               round(image.width * (col + 1) / cols), round(image.height * (row + 1) / rows))
+        cell_image = image.crop(box)
+        size = (cell_image.height, cell_image.width)
+        if min(size) < 1 or size[0] * size[1] > config.scale_resolution ** 2:
+            return base_tile
+        pixels = np.asarray(cell_image)
+        resolution = adaptive_upsize_resolution(pixels, config.scale_resolution)
+        if resolution == config.scale_resolution:
+            return base_tile
+        target = self._best_resize(size, resolution=resolution or config.scale_resolution,
+                                   upscale=resolution is not None)
+        if target[0] * target[1] >= base_tile.shape[0] * base_tile.shape[1]:
+            return base_tile
+        if target == size:
+            return pixels
+        return self._resize(cell_image, target, resample=_CELL_RESAMPLE)
+
+    def _resize(self, image: Image.Image, size: tuple[int, int], *,
+                resample: Image.Resampling | None = None) -> np.ndarray:
         """Resizes width first, then height, in two PIL passes: torchvision's order (PIL alone may go height first
-        for tall images, which moves up to ~6 uint8 levels on a quarter of the pixels)."""
+        for tall images, which moves up to ~6 uint8 levels on a quarter of the pixels).
+
+        `resample` defaults to the config's filter.
+        """
         height, width = size
-        resample = Image.Resampling(self.config.resample)
+        resample = Image.Resampling(self.config.resample) if resample is None else resample
         return np.asarray(image.resize((width, image.height), resample=resample).resize((width, height),
                                                                                      resample=resample))
 
