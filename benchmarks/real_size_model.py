@@ -8,17 +8,24 @@ one the same way): DeepSpec builds a draft config by copying the target's (`buil
 draft layers have the target's hidden, MLP and attention sizes; with the confidence head reading the
 Markov embedding and `markov_rank` 256 (DeepSpec's DSpark configs) this gives exactly the model card's
 296,837,889 parameters for a 248,100-token input vocabulary (here the target's 248,320 rows: +56,320).
+
+The whole target (`write_random_target`) adds the vision tower of the installed transformers' defaults
+(`MiniCPMOcrVisionConfig`, which follow MiniCPM-V 4.6: hidden 768, MLP 3072, 12 layers of 12 heads, patch 16,
+the window merger after layer 6) and borrows the shipped tiny pair's tokenizer: its 1,000 tokens fit in the
+real vocabulary, and a random model's answers are counted, never read.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 
 __all__ = ["VERIFY_LENGTH", "HIDDEN_LAYER_IDS", "DRAFT_VOCAB_SIZE", "real_size_text_config",
-           "build_random_text_model", "real_size_draft_config", "write_random_draft"]
+           "build_random_text_model", "real_size_draft_config", "write_random_draft", "real_size_vision_config",
+           "real_size_image_processor", "random_target_config", "write_random_target"]
 
 VERIFY_LENGTH = 16  # a DSpark block of 15 drafts + the anchor (DESIGN sec. 2)
 HIDDEN_LAYER_IDS = [3, 7, 11, 15, 19]
@@ -26,6 +33,9 @@ DRAFT_VOCAB_SIZE = 114_688
 DRAFT_LAYERS = 5
 MARKOV_RANK = 256  # DeepSpec config/dspark/*.py
 DRAFT_EOS_TOKEN_ID = 0  # only needs to be in the sampled draft vocabulary; the benchmarks never stop at EOS
+# Copied from the tokenizer folder as they are; processor_config.json is copied with the page-sizing fields replaced.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
+PROCESSOR_FILE = "processor_config.json"
 
 
 def real_size_text_config():
@@ -100,12 +110,85 @@ def write_random_draft(folder: Path, config: dict, *, seed: int = 0, std: float 
     from utils.tiny.draft import random_draft_weights, sample_draft_vocabulary
 
     rng = np.random.default_rng(seed)
-    target_ids = sample_draft_vocabulary(rng, vocab_size=config["vocab_size"], draft_vocab_size=DRAFT_VOCAB_SIZE,
+    draft_vocab_size = config["draft_vocab_size"]
+    target_ids = sample_draft_vocabulary(rng, vocab_size=config["vocab_size"], draft_vocab_size=draft_vocab_size,
                                          eos_token_id=DRAFT_EOS_TOKEN_ID)
     tensors = random_draft_weights(draft_tensor_shapes(DSparkConfig.from_dict(config)), rng, std)
     parameters = sum(tensor.size for tensor in tensors.values())
-    tensors["d2t"] = target_ids - np.arange(DRAFT_VOCAB_SIZE, dtype=np.int64)
+    tensors["d2t"] = target_ids - np.arange(draft_vocab_size, dtype=np.int64)
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     save_file(dict(sorted(tensors.items())), str(folder / DRAFT_WEIGHTS), metadata={"format": "pt"})
     (folder / LOCAL_TO_TARGET).write_text(json.dumps(target_ids.tolist()) + "\n")
     return parameters
+
+
+def real_size_vision_config():
+    """The vision tower's config: the installed transformers' `MiniCPMOcrVisionConfig` defaults (MiniCPM-V 4.6's)."""
+    from transformers import MiniCPMOcrVisionConfig
+
+    return MiniCPMOcrVisionConfig()
+
+
+def real_size_image_processor(vision_config) -> dict:
+    """The image-processor fields that size a page's vision input: transformers' `MiniCPMOcrImageProcessor` class
+    defaults (scale_resolution 448, up to 9 slices), with the vision tower's patch size (the processor's default, 14,
+    disagrees with the vision config's, 16, and the two must match)."""
+    from transformers import MiniCPMOcrImageProcessor
+
+    return {"scale_resolution": MiniCPMOcrImageProcessor.scale_resolution,
+            "max_slice_nums": MiniCPMOcrImageProcessor.max_slice_nums, "patch_size": vision_config.patch_size}
+
+
+def random_target_config(text_config, vision_config, *, tokenizer_folder: Path):
+    """A `MiniCPMOcrConfig` of the given text and vision sizes, with the special-token ids of `tokenizer_folder`.
+
+    Args:
+        text_config: a `Qwen3_5TextConfig` (`real_size_text_config`); its vocabulary must hold the tokenizer's.
+        vision_config: a `MiniCPMOcrVisionConfig` (`real_size_vision_config`).
+        tokenizer_folder: a MiniCPM-OCR folder whose tokenizer the target borrows (the shipped tiny target).
+    """
+    from transformers import MiniCPMOcrConfig
+
+    shipped = json.loads((tokenizer_folder / "config.json").read_text())
+    if text_config.vocab_size < shipped["text_config"]["vocab_size"]:
+        raise ValueError(f"vocab_size={text_config.vocab_size} is smaller than the {tokenizer_folder} tokenizer's "
+                         f"{shipped['text_config']['vocab_size']} rows")
+    token_ids = {key: shipped["text_config"][key] for key in ("eos_token_id", "pad_token_id")}
+    return MiniCPMOcrConfig(text_config=text_config.to_dict() | token_ids, vision_config=vision_config.to_dict(),
+                            insert_layer_id=vision_config.insert_layer_id, image_token_id=shipped["image_token_id"],
+                            video_token_id=shipped["video_token_id"])
+
+
+def write_random_target(folder: Path, config, *, tokenizer_folder: Path, image_processor: dict, seed: int = 0
+                        ) -> dict[str, int]:
+    """Writes a random `MiniCPMOcrForConditionalGeneration` folder that `utils.export.target.export_target` reads.
+
+    The weights are initialised and saved in bf16: half the memory and disk of fp32 (the exporter loads them in
+    fp32 either way). Tokenizer, chat template and generation config are `tokenizer_folder`'s; so is
+    processor_config.json, with `image_processor`'s fields replaced in its image and video sections.
+
+    Args:
+        folder: an existing, empty folder.
+        config: a `MiniCPMOcrConfig` (`random_target_config`).
+        tokenizer_folder: the folder whose tokenizer and processor files are copied.
+        image_processor: processor fields to replace (`real_size_image_processor`).
+        seed: torch seed of the initialisation.
+
+    Returns:
+        Parameters per part: "text" (the language model, tied embedding counted once) and "vision" (tower + merger).
+    """
+    import torch
+    from transformers import MiniCPMOcrForConditionalGeneration
+
+    torch.manual_seed(seed)
+    model = MiniCPMOcrForConditionalGeneration._from_config(config, dtype=torch.bfloat16).eval()
+    total = sum(parameter.numel() for parameter in model.parameters())
+    text = sum(parameter.numel() for parameter in model.get_decoder().parameters())
+    model.save_pretrained(folder)
+    for name in TOKENIZER_FILES:
+        shutil.copy2(tokenizer_folder / name, folder / name)
+    processor = json.loads((tokenizer_folder / PROCESSOR_FILE).read_text())
+    for section in ("image_processor", "video_processor"):
+        processor[section] |= image_processor
+    (folder / PROCESSOR_FILE).write_text(json.dumps(processor, indent=2) + "\n")
+    return {"text": text, "vision": total - text}
