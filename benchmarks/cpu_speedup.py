@@ -9,7 +9,7 @@ precision, so every run's tokens must equal the target-only tokens, or the scrip
 2. The confident prefix: acceptance and confidences replayed from recorded runs of the distilled tiny pair
    (`record_tiny_pair_steps`: per step, how many drafts the target accepted and the draft's confidence at
    each position), K = 15 (fixed, threshold 0) against thresholds that verify only the confident prefix.
-   The verify IR takes any length up to 16, so a shorter verification costs less.
+   The language-model IR takes any length, so a shorter verification costs less.
 
     python -m benchmarks.cpu_speedup [--contexts 1024 3072] [--thresholds 0 0.3 0.5 0.7 0.9] [--out result.json]
 

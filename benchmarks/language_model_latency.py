@@ -1,22 +1,33 @@
-"""Latency of the language-model IRs at MiniCPM-OCR's size: decode (1 token) and verification (K+1 tokens).
+"""Latency and memory of the language-model IR at MiniCPM-OCR's size: one token, a verification block, a prompt chunk.
 
 Builds a randomly initialised Qwen3.5 text model shaped like MiniCPM-OCR 1.0's (24 layers, every 4th full
 attention, hidden 1024, MLP 3584, 8 query / 2 KV heads of 256, 16 linear key/value heads of 128, vocabulary
-248,320, tied embeddings: ~752M parameters, printed at start), converts it with the same code as
-`utils.export.language_model`, and times each IR with random state at 1k and 3k tokens of context, for
-fp32 and int8 weights, with and without the verify IR's rollback outputs. Also times the host-side
-rollback (`rebuild_recurrent_state` over all linear-attention layers). Run only when invoked:
+248,320, tied embeddings: ~752M parameters, printed at start), exports it with `export_language_model` (one IR
+of dynamic length) per weight format, and reports:
+
+- the median milliseconds of one call of 1 token (decode), `VERIFY_LENGTH` tokens (a verification, logits of
+  every position) and `PREFILL_CHUNK` tokens (a prompt chunk, logits of the last one), with random state at
+  each context length, and the host-side rollback (`rebuild_recurrent_state` over all linear-attention
+  layers, half a block kept);
+- the peak resident memory of a fresh process that opens a `LanguageModelSession` and makes one call of each
+  kind, next to the size of the IR's weights file: the session compiles one model, so it holds the weights
+  once (OpenVINO's CPU plugin keeps a private copy per compiled model, on top of the mapped file).
+
+Run only when invoked (a real-size job: wrap it in `flock /tmp/realsize.lock` where other jobs share the machine):
 
     python -m benchmarks.language_model_latency [--contexts 1024 3072] [--formats fp32 int8] [--repeats 10]
-
-Peak memory is about one fp32 model in torch plus one compiled IR (IRs go to a temporary folder first).
+                                                [--precision f32|default]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,111 +35,149 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.real_size_model import HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model
-from utils.contract import (ATTENTION_MASK, INPUTS_EMBEDS, POSITION_IDS, LanguageModelVariant, past_recurrent_state,
-                            rollback_delta, rollback_key, rollback_log_decay)
+from utils.contract import (ATTENTION_MASK, INPUTS_EMBEDS, LANGUAGE_MODEL_NAME, NUM_LOGITS, POSITION_IDS,
+                            past_recurrent_state, rollback_delta, rollback_key, rollback_log_decay)
 
 __all__ = ["main"]
 
+PREFILL_CHUNK = 128
+CALLS = {"decode": (1, 1), "verify": (VERIFY_LENGTH, VERIFY_LENGTH), "prefill": (PREFILL_CHUNK, 1)}  # (S, logits)
 
-def _export_irs(folder: Path, formats: list[str]) -> dict:
-    """Writes decode, verify and verify-without-rollback IRs per weight format; returns {(format, name): path}."""
-    import openvino as ov
 
-    from utils.export.language_model import compress_weights, convert_language_model
+def _export(folder: Path, formats: list[str]) -> dict[str, Path]:
+    """Exports the random model once per weight format; returns {format: folder}."""
+    from utils.export.language_model import export_language_model
 
     model = build_random_text_model(seed=0)
     print(f"random Qwen3.5 text model: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters",
           flush=True)
-    variants = [LanguageModelVariant("decode", 1, all_logits=True, rollback=False),
-                LanguageModelVariant("verify", VERIFY_LENGTH, all_logits=True, rollback=True),
-                LanguageModelVariant("verify-no-rollback", VERIFY_LENGTH, all_logits=True, rollback=False)]
-    paths = {}
-    for variant in variants:
-        start = time.perf_counter()
-        converted = convert_language_model(model, variant=variant, hidden_layer_ids=HIDDEN_LAYER_IDS)
-        print(f"  converted {variant.name} in {time.perf_counter() - start:.1f} s", flush=True)
-        for weight_format in sorted(formats, key=lambda name: name == "int8"):  # NNCF edits in place
-            path = folder / weight_format / f"{variant.name}.xml"
-            path.parent.mkdir(exist_ok=True)
-            ov.save_model(compress_weights(converted, weight_format), path, compress_to_fp16=False)
-            paths[(weight_format, variant.name)] = path
-        del converted
-        gc.collect()
-    return paths
+    folders = {}
+    for weight_format in formats:
+        folders[weight_format] = folder / weight_format
+        folders[weight_format].mkdir()
+        report = export_language_model(model, folders[weight_format], hidden_layer_ids=HIDDEN_LAYER_IDS,
+                                       verify_length=VERIFY_LENGTH, prefill_chunk=PREFILL_CHUNK,
+                                       weight_format=weight_format)
+        print(f"  exported {weight_format} in {report['export_seconds']:.0f} s", flush=True)
+    del model
+    gc.collect()
+    return folders
 
 
-def _random_inputs(model, *, context: int, rng: np.random.Generator) -> dict:
-    """Inputs of one IR call with `context` tokens of random past state."""
-    length = model.input(INPUTS_EMBEDS).get_partial_shape()[1].get_length()
+def _random_inputs(compiled, *, tokens: int, logits: int, context: int, rng: np.random.Generator) -> dict:
+    """Inputs of one call of `tokens` tokens after `context` tokens of random past state."""
     inputs = {}
-    for port in model.inputs:
+    for port in compiled.inputs:
         name = port.get_any_name()
-        shape = [context if dim.is_dynamic else dim.get_length() for dim in port.get_partial_shape()]
-        if name == POSITION_IDS:
-            inputs[name] = (np.arange(length, dtype=np.int64) + context)[None]
+        shape = [None if dim.is_dynamic else dim.get_length() for dim in port.get_partial_shape()]
+        if name == INPUTS_EMBEDS:
+            inputs[name] = (0.1 * rng.standard_normal((1, tokens, shape[2]))).astype(np.float32)
+        elif name == POSITION_IDS:
+            inputs[name] = (np.arange(tokens, dtype=np.int64) + context)[None]
         elif name == ATTENTION_MASK:
-            inputs[name] = np.ones(shape, np.int64)
+            inputs[name] = np.ones((1, tokens), np.int64)
+        elif name == NUM_LOGITS:
+            inputs[name] = np.array(logits, np.int64)
         else:
-            inputs[name] = (0.1 * rng.standard_normal(shape)).astype(np.float32)
+            inputs[name] = (0.1 * rng.standard_normal([context if size is None else size for size in shape])
+                            ).astype(np.float32)
     return inputs
 
 
-def _time_ir(core, path: Path, *, contexts: list[int], repeats: int) -> dict:
-    """Median milliseconds per inference at each context, and the host rollback time for the verify IR."""
+def _time_calls(folder: Path, properties: dict, *, contexts: list[int], repeats: int) -> dict:
+    """{(call, context): median ms} for every call kind, plus "rollback_host_ms"."""
+    import openvino as ov
+
     from utils.engine.language_model import rebuild_recurrent_state
 
-    model = core.read_model(path)
-    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    compiled = ov.Core().compile_model(folder / LANGUAGE_MODEL_NAME, "CPU", properties)
     request = compiled.create_infer_request()
     rng = np.random.default_rng(0)
     timings = {}
     for context in contexts:
-        inputs = _random_inputs(model, context=context, rng=rng)
-        request.infer(inputs, share_inputs=True)
-        samples = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            request.infer(inputs, share_inputs=True, share_outputs=True)
-            samples.append(time.perf_counter() - start)
-        timings[context] = 1000 * statistics.median(samples)
+        for call, (tokens, logits) in CALLS.items():
+            inputs = _random_inputs(compiled, tokens=tokens, logits=logits, context=context, rng=rng)
+            request.infer(inputs, share_inputs=True)
+            samples = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                request.infer(inputs, share_inputs=True, share_outputs=True)
+                samples.append(time.perf_counter() - start)
+            timings[call, context] = 1000 * statistics.median(samples)
     outputs = {name: request.get_tensor(name).data for port in compiled.outputs for name in port.get_names()}
     layers = [layer for layer in range(len(outputs)) if rollback_key(layer) in outputs]
-    if layers:
-        start = time.perf_counter()
-        for _ in range(repeats):
-            for layer in layers:
-                rebuild_recurrent_state(inputs[past_recurrent_state(layer)], outputs[rollback_key(layer)],
-                                        outputs[rollback_delta(layer)], outputs[rollback_log_decay(layer)],
-                                        VERIFY_LENGTH // 2)
-        timings["rollback_host_ms"] = 1000 * (time.perf_counter() - start) / repeats
-    del request, compiled
-    gc.collect()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        for layer in layers:
+            rebuild_recurrent_state(inputs[past_recurrent_state(layer)], outputs[rollback_key(layer)],
+                                    outputs[rollback_delta(layer)], outputs[rollback_log_decay(layer)],
+                                    PREFILL_CHUNK // 2)
+    timings["rollback_host_ms"] = 1000 * (time.perf_counter() - start) / repeats
     return timings
 
 
+def _session_peak_memory(folder: Path, properties: dict) -> dict:
+    """In this process: peak resident GB after a session's compile and one call of each kind."""
+    from utils.engine.language_model import LanguageModelSession
+
+    session = LanguageModelSession(folder, properties=properties)
+    rng = np.random.default_rng(0)
+    embeds = (0.1 * rng.standard_normal((PREFILL_CHUNK + VERIFY_LENGTH, session.config.hidden_size))
+              ).astype(np.float32)
+    session.prefill(embeds[:PREFILL_CHUNK])
+    session.verify(embeds[PREFILL_CHUNK:])
+    session.accept(VERIFY_LENGTH // 2)
+    session.decode_one(embeds[-1])
+    return {"peak_rss_gb": _peak_resident_gb()}
+
+
+def _peak_resident_gb() -> float:
+    """This process's peak resident memory. Linux's VmHWM, as `ru_maxrss` keeps the parent's peak across exec."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        peak = next(line for line in status.read_text().splitlines() if line.startswith("VmHWM:"))
+        return int(peak.split()[1]) / 2 ** 20  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+
+
+def _measure_memory_in_a_fresh_process(folder: Path, precision: str) -> dict:
+    command = [sys.executable, "-m", "benchmarks.language_model_latency", "--memory-of", str(folder),
+               "--precision", precision]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Exports, times and prints a markdown table."""
+    """Exports, times, measures memory and prints a markdown table."""
+    from utils.engine.device import compile_properties
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--contexts", type=int, nargs="+", default=[1024, 3072])
-    parser.add_argument("--formats", nargs="+", default=["fp32", "int8"], choices=["fp32", "fp16", "int8"])
+    parser.add_argument("--formats", nargs="+", default=["fp32", "int8"], choices=["fp32", "fp16", "int8", "int4"])
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--precision", choices=["f32", "default"], default="f32",
+                        help="f32: exact (the parity setting); default: the CPU's own (bf16 here)")
+    parser.add_argument("--memory-of", type=Path, help=argparse.SUPPRESS)  # the fresh process of the memory figure
     args = parser.parse_args(argv)
+    properties = compile_properties("CPU", precision=args.precision)
+    if args.memory_of is not None:
+        print(json.dumps(_session_peak_memory(args.memory_of, properties)), flush=True)
+        return
 
-    import openvino as ov
-
-    core = ov.Core()
     with tempfile.TemporaryDirectory(prefix="lm-latency-") as folder:
-        paths = _export_irs(Path(folder), args.formats)
-        gc.collect()
-        header = " | ".join(f"{context} ctx (ms)" for context in args.contexts)
-        print(f"\n| weights | IR | tokens | {header} | host rollback (ms) |")
-        print("|---|---|---|" + "---|" * len(args.contexts) + "---|")
-        for (weight_format, name), path in paths.items():
-            timings = _time_ir(core, path, contexts=args.contexts, repeats=args.repeats)
-            tokens = 1 if name == "decode" else VERIFY_LENGTH
-            cells = " | ".join(f"{timings[context]:.1f}" for context in args.contexts)
-            rollback = f"{timings['rollback_host_ms']:.1f}" if "rollback_host_ms" in timings else "-"
-            print(f"| {weight_format} | {name} | {tokens} | {cells} | {rollback} |", flush=True)
+        folders = _export(Path(folder), args.formats)
+        cells = " | ".join(f"{call} ({CALLS[call][0]}) @ {context} (ms)" for context in args.contexts for call in CALLS)
+        print(f"\nprecision {args.precision}\n\n| weights | weights file (GB) | session peak RSS (GB) | {cells} | "
+              f"host rollback (ms) |")
+        print("|---|---|---|" + "---|" * (len(args.contexts) * len(CALLS)) + "---|")
+        for weight_format, path in folders.items():
+            memory = _measure_memory_in_a_fresh_process(path, args.precision)
+            timings = _time_calls(path, properties, contexts=args.contexts, repeats=args.repeats)
+            weights_gb = (path / LANGUAGE_MODEL_NAME).with_suffix(".bin").stat().st_size / 2 ** 30
+            times = " | ".join(f"{timings[call, context]:.1f}" for context in args.contexts for call in CALLS)
+            print(f"| {weight_format} | {weights_gb:.2f} | {memory['peak_rss_gb']:.2f} | {times} | "
+                  f"{timings['rollback_host_ms']:.1f} |", flush=True)
+            gc.collect()
 
 
 if __name__ == "__main__":

@@ -9,26 +9,29 @@ logit error and asks for the same first token, not for equal pages. TARGET_LOGIT
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import openvino as ov
 import pytest
 
-from utils.contract import DRAFT_MODEL, LANGUAGE_MODEL_CONFIG, MARKOV_HEAD_MODEL, read_d2t, read_draft_info
+from utils.contract import (DRAFT_MODEL, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_NAME, MARKOV_HEAD_MODEL, read_d2t,
+                            read_draft_info)
 from utils.engine.device import F32_PROPERTIES
 from utils.engine.draft import DraftModel, MarkovHead
 from utils.evaluation.compression_report import REFERENCE_FORMAT, compression_report
 from utils.evaluation.pages import sample_pages
 from utils.export.__main__ import main as export_cli
 from utils.export.compression import (CompressionConfig, compress_folder, compress_model, compressed_files, head_weight,
-                                      weight_constants)
+                                      ir_weight_format, weight_constants)
 from utils.export.draft import export_draft
+from utils.export.target import export_target
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
 TARGET_LOGITS_ATOL = 0.5
 PAGES = sample_pages()[:3]
-DECODE_IR = "openvino_language_model_decode.xml"
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +82,8 @@ def test_markov_tables_are_int8_per_row_in_both_formats(compressed, fmt):
     assert set(_types(head)) == {("Gather", "u8"), ("MatMul", "u8")}, _types(head)  # no float table, none INT4
     info = read_draft_info(head)
     tables = [w for w in weight_constants(head) if w.consumer == "Gather"]
-    assert {w.shape for w in tables} == {(info.vocab_size, info.markov_rank), (info.draft_vocab_size, info.markov_rank)}
+    assert sorted(w.shape for w in tables) == sorted([(info.vocab_size, info.markov_rank),
+                                                      (info.draft_vocab_size, info.markov_rank)])  # each once
 
 
 def test_int8_leaves_no_float_weight_in_any_ir(compressed):
@@ -98,7 +102,7 @@ def test_the_uncompressed_export_has_float_weights_only(compressed):
 
 
 def test_int4_target_language_model_keeps_lm_head_int8(compressed):
-    model = compress_model(_read(compressed[("target", "fp32")], DECODE_IR), weight_format="int4",
+    model = compress_model(_read(compressed[("target", "fp32")], LANGUAGE_MODEL_NAME), weight_format="int4",
                            config=CompressionConfig(group_size=128))
     _check_int4_layout(model)
     assert _types(model)[("GroupConvolution", "u8")] > 0  # the conv of each linear-attention layer: INT8
@@ -143,12 +147,75 @@ def test_int8_target_runs_in_the_pipeline_close_to_fp32(compressed):
         assert answers["int8"][0] == answers["fp32"][0], page.name
 
 
+def _without_generated_names(xml: str) -> str:
+    """An IR's XML with the names OpenVINO numbers per process (`Convert_1234`, `Model12`) made equal."""
+    xml = re.sub(r'<net name="Model\d+"', '<net name="Model#"', xml)
+    return re.sub(r"\b([A-Za-z][A-Za-z0-9]*)_\d+\b", r"\1_#", xml)
+
+
+def _without_timing(path: Path):
+    content = json.loads(path.read_text())
+    return {**content, "export_seconds": None} if isinstance(content, dict) else content
+
+
+def _as_read(xml: Path, scratch: Path) -> str:
+    """The IR's XML as OpenVINO reads it (reading renames duplicate tensor names, as the two-step path's IRs were)."""
+    ov.save_model(ov.Core().read_model(xml), scratch / xml.name, compress_to_fp16=False)
+    return _without_generated_names((scratch / xml.name).read_text())
+
+
+def _assert_same_folder(written: Path, expected: Path, scratch: Path) -> None:
+    """Same files; equal weights (.bin), graphs and rt_info (.xml), manifests (timings aside) and other files."""
+    assert sorted(path.name for path in written.iterdir()) == sorted(path.name for path in expected.iterdir())
+    for path in expected.iterdir():
+        mine = written / path.name
+        if path.suffix == ".xml":
+            (scratch / "mine").mkdir(exist_ok=True)
+            assert _as_read(mine, scratch / "mine") == _as_read(path, scratch), path.name
+        elif path.suffix == ".json":
+            assert _without_timing(mine) == _without_timing(path), path.name
+        else:
+            assert mine.read_bytes() == path.read_bytes(), path.name
+
+
 def test_export_draft_int4_writes_what_compress_folder_writes(tiny_pair, compressed, tmp_path):
-    exported = export_draft(tiny_pair.draft, tmp_path / "draft-int4", weight_format="int4")
-    for name in (DRAFT_MODEL, MARKOV_HEAD_MODEL):
-        assert _types(_read(exported, name)) == _types(_read(compressed[("draft", "int4")], name))
-        assert (exported / name).with_suffix(".bin").read_bytes() == (
-            compressed[("draft", "int4")] / name).with_suffix(".bin").read_bytes()
+    _assert_same_folder(export_draft(tiny_pair.draft, tmp_path / "draft-int4", weight_format="int4"),
+                        compressed[("draft", "int4")], tmp_path)
+
+
+@pytest.fixture(scope="module")
+def int4_target(tiny_pair, tmp_path_factory):
+    """The tiny target exported with weight_format="int4", and what it saved: [(file name, weight types, rt_info
+    weight format)] for every `openvino.save_model` call, recorded before the call wrote anything."""
+    saved = []
+    save_model = ov.save_model
+
+    def recording_save_model(model, path, *args, **kwargs):
+        key = ["dspark", "weight_format"]
+        recorded = model.get_rt_info(key).astype(str) if model.has_rt_info(key) else None
+        saved.append((Path(path).name, {info.element_type for info in weight_constants(model)}, recorded))
+        return save_model(model, path, *args, **kwargs)
+
+    out = tmp_path_factory.mktemp("target-int4") / "target"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ov, "save_model", recording_save_model)
+        export_target(tiny_pair.target, out, draft=tiny_pair.draft, prefill_chunk=32, weight_format="int4")
+    return out, saved
+
+
+def test_export_target_int4_writes_what_compress_folder_writes(int4_target, tiny_ir, tmp_path):
+    written, _ = int4_target
+    _assert_same_folder(written, compress_folder(tiny_ir[0], tmp_path / "two-step", weight_format="int4"), tmp_path)
+
+
+def test_a_compressed_target_export_never_saves_uncompressed_weights(int4_target):
+    written, saved = int4_target
+    weighted = compressed_files(written)
+    assert sorted(name for name, _, _ in saved if name in weighted) == sorted(weighted)  # each IR saved once
+    for name, types, recorded in saved:  # the tokenizer IRs too, which have no weights
+        assert types <= {"u8", "u4"}, (name, types)
+        assert name not in weighted or recorded == ir_weight_format(name, "int4"), (name, recorded)
+    assert dict((name, types) for name, types, _ in saved)[LANGUAGE_MODEL_NAME] == {"u8", "u4"}  # INT8 lm_head
 
 
 def test_cli_exports_an_int4_draft(tiny_pair, tmp_path, capsys):

@@ -224,6 +224,34 @@ def test_rt_info_records_what_a_runtime_needs(name, drafts, exported):
         assert read_draft_info(model).top_k == min(64, config.draft_vocab_size)
 
 
+def _constants(model: ov.Model):
+    """Every Constant of a model, those of `If` bodies included (an earlier layout kept a table per body)."""
+    for node in model.get_ordered_ops():
+        if node.get_type_name() == "Constant":
+            yield node
+        if node.get_type_name() == "If":
+            for body in (node.get_then_body(), node.get_else_body()):
+                yield from _constants(body)
+
+
+@pytest.mark.parametrize("name", ["tiny", "unusual"])
+def test_markov_head_ir_holds_each_table_once(name, drafts, exported):
+    tensors = load_file(str(drafts[name] / DRAFT_WEIGHTS))
+    tables = {key: tensors[f"markov_head.{key}.weight"] for key in ("markov_w1", "markov_w2")}
+    assert tables["markov_w1"].shape != tables["markov_w2"].shape  # pruned: shapes tell the tables apart
+    path = exported[name] / MARKOV_HEAD_MODEL
+    stored = {}
+    for constant in _constants(ov.Core().read_model(path)):
+        shape = tuple(constant.get_output_shape(0))
+        stored[shape] = stored.get(shape, 0) + constant.get_byte_size()
+    for key, table in tables.items():
+        assert stored[table.shape] == table.nbytes, (key, stored[table.shape] / table.nbytes)
+    # beside the tables: draft-to-target ids and draft ids (int64 [Vd] each), the confidence head, scalars
+    table_bytes = sum(table.nbytes for table in tables.values())
+    others = 2 * 8 * tables["markov_w2"].shape[0] + tensors["confidence_head.proj.weight"].nbytes + 4096
+    assert table_bytes < path.with_suffix(".bin").stat().st_size < table_bytes + others
+
+
 def test_unusual_draft_has_ports_shaped_by_its_config(exported):
     backbone = ov.Core().read_model(exported["unusual"] / DRAFT_MODEL)
     head = ov.Core().read_model(exported["unusual"] / MARKOV_HEAD_MODEL)

@@ -1,8 +1,10 @@
-"""The language-model IRs and their numpy driver against transformers, on the tiny target (fp32 IR, CPU, f32 hint).
+"""The language-model IR and its numpy driver against transformers, on the tiny target (fp32 IR, CPU, f32 hint).
 
 Every parity check feeds the same `inputs_embeds` (image features from transformers scattered in) to both
 sides. Tolerance: max abs diff <= 1e-4 on logits and hidden states (the tiny model's fp32 rounding between
-two correct implementations is ~1e-5).
+two correct implementations is ~1e-5). The export uses chunks of CHUNK_SIZE tokens in the gated delta rule, so
+that prompt chunks and verification blocks span several chunks (the last one partial) and single tokens leave
+chunk slots of the graph empty.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ import numpy as np
 import pytest
 
 from utils.checkpoint.config import DSparkConfig
-from utils.contract import HIDDEN_STATES_RT_INFO_KEY, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_FILES, LanguageModelConfig
+from utils.contract import (HIDDEN_STATES_RT_INFO_KEY, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_NAME, NUM_LOGITS,
+                            LanguageModelConfig)
 from utils.engine.device import F32_PROPERTIES
 from utils.engine.language_model import LanguageModelSession, rebuild_recurrent_state
 from utils.export.language_model import export_language_model
 
 TOLERANCE = 1e-4
-PREFILL_CHUNK = 16  # small, so that prompts span several chunks
+PREFILL_CHUNK = 16  # small, so that prompts span several calls
+CHUNK_SIZE = 4  # gated-delta chunk: a prompt call has 4 chunks, a block of 9 tokens 3, a single token 1 of 4
 PROMPTS = [  # (image size, colour, instruction)
     ((180, 90), "white", "Text Recognition:"),
     ((60, 140), "black", "Read the receipt."),
@@ -44,7 +48,7 @@ def exported(tiny_pair, target, hidden_layer_ids, tmp_path_factory):
     folder = tmp_path_factory.mktemp("language_model")
     block_size = json.loads((tiny_pair.draft / "config.json").read_text())["block_size"]
     export_language_model(target, folder, hidden_layer_ids=hidden_layer_ids, verify_length=block_size + 1,
-                          prefill_chunk=PREFILL_CHUNK)
+                          prefill_chunk=PREFILL_CHUNK, chunk_size=CHUNK_SIZE)
     return folder
 
 
@@ -101,7 +105,7 @@ def _max_diff(a, b) -> float:
 
 @pytest.mark.parametrize("length", [3 * PREFILL_CHUNK + 7, 2 * PREFILL_CHUNK, 5])
 def test_prefill_matches_transformers(session, target, prompts, hidden_layer_ids, length):
-    """Lengths: several chunks with a left-padded first one, whole chunks, and less than one chunk."""
+    """Lengths: several calls with a shorter last one, whole calls, and less than one call."""
     embeds = prompts[0][1][:length]
     assert len(embeds) == length
     session.reset()
@@ -113,7 +117,7 @@ def test_prefill_matches_transformers(session, target, prompts, hidden_layer_ids
 
 
 def test_prefill_after_earlier_text_matches_transformers(session, target, prompts, hidden_layer_ids):
-    first, more = prompts[0][1], prompts[1][1][:PREFILL_CHUNK + 5]  # continues mid-chunk: exact path, no padding
+    first, more = prompts[0][1], prompts[1][1][:PREFILL_CHUNK + 5]  # continues mid-chunk
     session.reset()
     session.prefill(first)
     logits, hidden = session.prefill(more)
@@ -137,7 +141,7 @@ def verify_case(target, prompts, hidden_layer_ids):
 @pytest.mark.parametrize("block_length, accepted", [(9, 1), (9, 4), (9, 9), (5, 3), (5, 5)])
 def test_verify_then_accept_continues_like_transformers(session, target, verify_case, hidden_layer_ids,
                                                         block_length, accepted):
-    """accepted = 1 keeps only the anchor (no draft accepted); the dynamic verify IR runs blocks of 5 as they are."""
+    """accepted = 1 keeps only the anchor (no draft accepted); a block of 5 runs as it is (S is dynamic)."""
     prompt, block, following = verify_case["prompt"], verify_case["block"][:block_length], verify_case["following"]
     session.reset()
     session.prefill(prompt)
@@ -223,25 +227,23 @@ def test_rt_info_locates_every_decoder_layer_output(exported, target, prompts, h
 
     core = ov.Core()
     num_layers = target.config.text_config.num_hidden_layers
-    for name, file in LANGUAGE_MODEL_FILES.items():
-        model = core.read_model(exported / file)
-        layers = json.loads(model.get_rt_info()[HIDDEN_STATES_RT_INFO_KEY].value)["layers"]
-        assert set(layers) == {str(i) for i in range(num_layers)}, name
-        by_name = {op.get_friendly_name(): op for op in model.get_ops()}
-        producers = [by_name[layers[str(i)]["producer"]].output(layers[str(i)]["output_index"])
-                     for i in range(num_layers)]
-        assert sum(op.get_friendly_name() == layers["0"]["producer"] for op in model.get_ops()) == 1
-        concat = model.output("hidden_states").get_node().input_value(0).get_node()
-        assert [value.get_node().get_friendly_name() for value in concat.input_values()] == [
-            producers[i].get_node().get_friendly_name() for i in hidden_layer_ids], name
+    model = core.read_model(exported / LANGUAGE_MODEL_NAME)
+    layers = json.loads(model.get_rt_info()[HIDDEN_STATES_RT_INFO_KEY].value)["layers"]
+    assert set(layers) == {str(i) for i in range(num_layers)}
+    by_name = {op.get_friendly_name(): op for op in model.get_ops()}
+    producers = [by_name[layers[str(i)]["producer"]].output(layers[str(i)]["output_index"]) for i in range(num_layers)]
+    assert sum(op.get_friendly_name() == layers["0"]["producer"] for op in model.get_ops()) == 1
+    concat = model.output("hidden_states").get_node().input_value(0).get_node()
+    assert [value.get_node().get_friendly_name() for value in concat.input_values()] == [
+        producers[i].get_node().get_friendly_name() for i in hidden_layer_ids]
 
-    model.add_outputs(producers)  # on the last IR read (verify), run from an empty state
+    model.add_outputs(producers)  # run from an empty state
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    length = LanguageModelConfig.read(exported).variant("verify").length  # the most tokens: its S is dynamic
+    length = LanguageModelConfig.read(exported).verify_length
     embeds = prompts[0][1][:length]
     inputs = {"inputs_embeds": embeds[None], "position_ids": np.arange(length)[None],
-              "attention_mask": np.ones((1, length), np.int64)}
-    for port in model.inputs[3:]:
+              "attention_mask": np.ones((1, length), np.int64), NUM_LOGITS: np.array(length)}
+    for port in model.inputs[4:]:
         shape = [0 if dim.is_dynamic else dim.get_length() for dim in port.get_partial_shape()]
         inputs[port.get_any_name()] = np.zeros(shape, np.float32)
     results = compiled(inputs)
@@ -252,15 +254,88 @@ def test_rt_info_locates_every_decoder_layer_output(exported, target, prompts, h
         assert _max_diff(produced[0], reference[layer_id + 1][0].numpy()) <= TOLERANCE, layer_id
 
 
-def test_export_writes_the_variant_description(exported, hidden_layer_ids, session):
+def test_export_writes_one_ir_of_dynamic_length_and_its_description(exported, hidden_layer_ids, session):
+    import openvino as ov
+
     description = json.loads((exported / LANGUAGE_MODEL_CONFIG).read_text())
     assert description["hidden_layer_ids"] == hidden_layer_ids
-    assert {name: spec["length"] for name, spec in description["variants"].items()} == {
-        "prefill": PREFILL_CHUNK, "decode": 1, "verify": session.verify_length}
-    assert description["variants"]["verify"]["rollback"] is True
-    assert {name: spec["dynamic"] for name, spec in description["variants"].items()} == {
-        "prefill": False, "decode": False, "verify": True}
-    assert session.clock.seconds > 0 and session.host_seconds >= 0 and session.call_clock.seconds > session.clock.seconds
+    assert (description["file"], description["prefill_chunk"], description["verify_length"]) == (
+        LANGUAGE_MODEL_NAME, PREFILL_CHUNK, session.verify_length)
+    assert description["max_tokens"] == max(PREFILL_CHUNK, session.verify_length)
+    assert sorted(path.name for path in exported.glob("*.bin")) == [LANGUAGE_MODEL_NAME.replace(".xml", ".bin")]
+    model = ov.Core().read_model(exported / LANGUAGE_MODEL_NAME)
+    assert model.input("inputs_embeds").get_partial_shape()[1].is_dynamic
+    assert session.clock.seconds > 0 and session.host_seconds >= 0
+    assert session.call_clock.seconds > session.clock.seconds
+
+
+class _CountingCore:
+    """An `ov.Core` that counts the models compiled through it."""
+
+    def __init__(self):
+        import openvino as ov
+
+        self.core, self.compiled = ov.Core(), []
+
+    def compile_model(self, model, *args, **kwargs):
+        self.compiled.append(model)
+        return self.core.compile_model(model, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.core, name)
+
+
+def test_the_session_compiles_the_weights_once_for_every_kind_of_call(exported, verify_case):
+    """OpenVINO's CPU plugin keeps a copy of the weights per compiled model, so one compiled model is one copy."""
+    core = _CountingCore()
+    session = LanguageModelSession(exported, properties=F32_PROPERTIES, max_length=256, core=core)
+    session.prefill(verify_case["prompt"])
+    session.verify(verify_case["block"])
+    session.accept(2)
+    session.decode_one(verify_case["following"][0])
+    assert [str(model) for model in core.compiled] == [str(exported / LANGUAGE_MODEL_NAME)]
+
+
+def test_calls_of_every_length_up_to_max_tokens_match_transformers(session, target, prompts, hidden_layer_ids):
+    """One call of each length 1..max_tokens after a prompt: one partial chunk to several, whole and partial."""
+    prompt, more = prompts[0][1][:21], prompts[1][1]
+    assert session.config.max_tokens == session.prefill_chunk <= len(more)
+    for count in range(1, session.config.max_tokens + 1):
+        session.reset()
+        session.prefill(prompt)
+        logits, hidden = session.prefill(more[:count])
+        ref_logits, ref_hidden = _reference(target, np.concatenate([prompt, more[:count]]), hidden_layer_ids)
+        assert _max_diff(logits, ref_logits[-1]) <= TOLERANCE, count
+        assert _max_diff(hidden, ref_hidden[len(prompt):]) <= TOLERANCE, count
+
+
+@pytest.mark.parametrize("length", [1, 3, 4, 9, 12])
+def test_chunked_gated_delta_rule_matches_the_token_by_token_recurrence(length):
+    """float64, so that the only difference is the algorithm: tolerance 1e-10."""
+    import torch
+
+    from utils.export.gated_delta import chunk_gated_delta_rule
+
+    generator = torch.Generator().manual_seed(length)
+    heads, dim_k, dim_v = 2, 3, 5
+
+    def normal(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    query = torch.nn.functional.normalize(normal(1, heads, length, dim_k), dim=-1) * dim_k ** -0.5
+    key = torch.nn.functional.normalize(normal(1, heads, length, dim_k), dim=-1)
+    value, state = normal(1, heads, length, dim_v), normal(1, heads, dim_k, dim_v)
+    log_decay, beta = -normal(1, heads, length).abs(), torch.sigmoid(normal(1, heads, length))
+    output, final_state, delta = chunk_gated_delta_rule(query, key, value, log_decay, beta, state, max_length=12,
+                                                        chunk_size=4)
+    expected = state.clone()
+    for t in range(length):
+        expected = expected * log_decay[..., t, None, None].exp()
+        correction = beta[..., t, None] * (value[..., t, :] - (expected * key[..., t, :, None]).sum(-2))
+        expected = expected + key[..., t, :, None] * correction[..., None, :]
+        assert _max_diff(delta[..., t, :], correction) <= 1e-10
+        assert _max_diff(output[..., t, :], (expected * query[..., t, :, None]).sum(-2)) <= 1e-10
+    assert _max_diff(final_state, expected) <= 1e-10
 
 
 @pytest.mark.parametrize("options, message", [
@@ -280,7 +355,7 @@ def test_session_rejects_bad_calls(session, prompts):
         session.accept(1)
     with pytest.raises(ValueError, match="expected"):
         session.prefill(np.zeros((3, 7), np.float32))
-    with pytest.raises(ValueError, match="at most"):
+    with pytest.raises(ValueError, match="verify_length"):
         session.verify(np.zeros((session.verify_length + 1, prompts[0][1].shape[1]), np.float32))
     session.verify(prompts[0][1][:3])
     with pytest.raises(ValueError, match="n_tokens"):
@@ -289,28 +364,3 @@ def test_session_rejects_bad_calls(session, prompts):
 
 def test_driver_imports_neither_torch_nor_transformers(run_without_torch):
     run_without_torch("import utils.engine.language_model")
-
-
-def test_a_static_verify_ir_pads_short_blocks_and_agrees_with_the_dynamic_one(target, tmp_path, session, verify_case,
-                                                                             hidden_layer_ids):
-    """Exports with `dynamic_verify=False` (and configs written before the flag existed) still run."""
-    import openvino as ov
-
-    export_language_model(target, tmp_path, hidden_layer_ids=hidden_layer_ids, verify_length=session.verify_length,
-                          prefill_chunk=PREFILL_CHUNK, dynamic_verify=False)
-    static_ir = ov.Core().read_model(tmp_path / LANGUAGE_MODEL_FILES["verify"])
-    assert static_ir.input("inputs_embeds").get_partial_shape()[1].get_length() == session.verify_length
-    raw = json.loads((tmp_path / LANGUAGE_MODEL_CONFIG).read_text())
-    for spec in raw["variants"].values():
-        del spec["dynamic"]  # as written before the flag
-    (tmp_path / LANGUAGE_MODEL_CONFIG).write_text(json.dumps(raw))
-    static = LanguageModelSession(tmp_path, properties=F32_PROPERTIES, max_length=1024)
-    results = []
-    for each in (session, static):
-        each.reset()
-        each.prefill(verify_case["prompt"])
-        logits, _ = each.verify(verify_case["block"][:5])
-        each.accept(3)
-        results.append((logits, each.decode_one(verify_case["following"][0])[0]))
-    (dynamic_logits, dynamic_next), (static_logits, static_next) = results
-    assert _max_diff(dynamic_logits, static_logits) <= TOLERANCE and _max_diff(dynamic_next, static_next) <= TOLERANCE

@@ -234,7 +234,7 @@ def test_unknown_precision_is_refused_with_the_choices(tiny_ir):
 
 def test_int8_target_speculative_output_equals_its_target_only_output(tiny_ir, tmp_path):
     """INT8 weights change the text, but not the invariant (F32_PROPERTIES turns off dynamic quantization, which
-    at real size made the verify and decode IRs round differently)."""
+    at real size made a block and the same tokens one by one round differently)."""
     from utils.export.compression import compress_folder
 
     int8 = compress_folder(tiny_ir[0], tmp_path / "target-int8", weight_format="int8")

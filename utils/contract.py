@@ -24,22 +24,24 @@ __all__ = [
     # weight formats
     "COMPRESSED_FORMATS", "WEIGHT_FORMATS",
     # target folder
-    "VISION_EMBEDDINGS_NAME", "TEXT_EMBEDDINGS_NAME", "TOKENIZER_NAME", "DETOKENIZER_NAME", "LANGUAGE_MODEL_FILES",
-    "LANGUAGE_MODEL_CONFIG", "LanguageModelVariant", "LanguageModelConfig", "HIDDEN_STATES_RT_INFO_KEY",
+    "VISION_EMBEDDINGS_NAME", "TEXT_EMBEDDINGS_NAME", "TOKENIZER_NAME", "DETOKENIZER_NAME", "LANGUAGE_MODEL_NAME",
+    "LANGUAGE_MODEL_CONFIG", "LanguageModelConfig", "HIDDEN_STATES_RT_INFO_KEY",
     "DOWNSAMPLE_MODE_RT_INFO_KEY", "TARGET_MANIFEST",
     # draft folder
     "DRAFT_MODEL", "MARKOV_HEAD_MODEL", "RT_INFO_NAMESPACE", "RT_INFO_KEYS", "WEIGHT_FORMAT_KEY",
     "WEIGHT_COMPRESSION_KEY", "rt_info_path", "DraftInfo", "write_draft_info", "read_draft_info", "read_d2t",
     # ports
-    "INPUTS_EMBEDS", "POSITION_IDS", "ATTENTION_MASK", "HIDDEN_STATES", "LOGITS", "LAST_HIDDEN_STATE", "D2T",
+    "INPUTS_EMBEDS", "POSITION_IDS", "ATTENTION_MASK", "NUM_LOGITS", "HIDDEN_STATES", "LOGITS", "LAST_HIDDEN_STATE",
+    "D2T",
     "ANCHOR_TOKEN_ID", "TOP_K", "TOKEN_IDS", "CONFIDENCES", "PIXEL_VALUES", "TARGET_SIZES", "IMAGE_FEATURES",
     "INPUT_IDS", "past_key", "past_value", "present_key", "present_value", "past_conv_state", "present_conv_window",
     "past_recurrent_state", "present_recurrent_state", "rollback_key", "rollback_delta", "rollback_log_decay",
 ]
 
 # The layout version of the IRs the exporter writes: bump it when an export changes (2: the verify IR's length is
-# dynamic), so that folders exported by older code are exported again where the suite caches them.
-IR_FORMAT_VERSION = 2
+# dynamic; 3: one language-model IR of dynamic length instead of prefill, decode and verify IRs, so the runtime
+# holds its weights once), so that folders exported by older code are exported again where the suite caches them.
+IR_FORMAT_VERSION = 3
 
 # Weight formats: the same four for the target and the draft. fp16 is a save option (`compress_to_fp16`); the
 # compressed ones are NNCF weight compression (`utils.export.compression`).
@@ -51,7 +53,9 @@ VISION_EMBEDDINGS_NAME = "openvino_vision_embeddings_model.xml"
 TEXT_EMBEDDINGS_NAME = "openvino_text_embeddings_model.xml"
 TOKENIZER_NAME = "openvino_tokenizer.xml"
 DETOKENIZER_NAME = "openvino_detokenizer.xml"
-LANGUAGE_MODEL_FILES = {name: f"openvino_language_model_{name}.xml" for name in ("prefill", "decode", "verify")}
+# One IR for every call of the text model (prompt chunks, one token, verification blocks): its S is dynamic. The
+# name differs from optimum-intel's stateful `openvino_language_model.xml`, whose ports are not these.
+LANGUAGE_MODEL_NAME = "openvino_language_model_explicit_state.xml"
 LANGUAGE_MODEL_CONFIG = "openvino_language_model_config.json"  # `LanguageModelConfig`
 # rt_info of each language-model IR (top level, the key optimum-intel writes for DFlash/Eagle-3 targets): where
 # every decoder layer's output is computed; layout in `utils.export.language_model`.
@@ -84,6 +88,7 @@ def rt_info_path(key: str) -> list[str]:
 INPUTS_EMBEDS = "inputs_embeds"  # [1, S, H] token (and image) embeddings
 POSITION_IDS = "position_ids"  # [1, S] absolute positions
 ATTENTION_MASK = "attention_mask"  # [1, S] 1 = token, 0 = pad (language model)
+NUM_LOGITS = "num_logits"  # [] language-model input: logits of the last num_logits of the S positions (0..S)
 HIDDEN_STATES = "hidden_states"  # target-layer outputs concatenated: language-model output, draft input
 LOGITS = "logits"  # behind the head (`lm_head`) of the language model and of the draft
 LAST_HIDDEN_STATE = "last_hidden_state"  # [B, H] after the draft's final norm
@@ -155,54 +160,49 @@ def rollback_log_decay(i: int) -> str:
 
 
 @dataclass(frozen=True)
-class LanguageModelVariant:
-    """One language-model IR: its token count S (static, or dynamic up to a maximum) and what it outputs."""
-
-    name: str  # "prefill", "decode" or "verify"
-    length: int  # S, tokens per call (the most tokens per call when `dynamic`)
-    all_logits: bool  # logits of every position (else of the last one only)
-    rollback: bool  # the rollback terms of the linear-attention layers
-    dynamic: bool = False  # takes any S in 1..length (a verification costs what it verifies), else exactly length
-
-    @property
-    def file(self) -> str:
-        """The IR's file name in a target folder."""
-        return LANGUAGE_MODEL_FILES[self.name]
-
-
-@dataclass(frozen=True)
 class LanguageModelConfig:
-    """`LANGUAGE_MODEL_CONFIG`: what `export_language_model` wrote, as `LanguageModelSession` reads it."""
+    """`LANGUAGE_MODEL_CONFIG`: what `export_language_model` wrote, as `LanguageModelSession` reads it.
+
+    The IR `LANGUAGE_MODEL_NAME` takes 1 to `max_tokens` tokens per call; a runtime verifies blocks of up to
+    `verify_length` tokens and feeds a prompt in chunks of up to `prefill_chunk`.
+    """
 
     weight_format: str  # one of WEIGHT_FORMATS
     hidden_size: int  # H
     vocab_size: int  # V
     hidden_layer_ids: tuple[int, ...]  # decoder layers whose outputs `hidden_states` concatenates, in order
     layer_types: tuple[str, ...]  # per decoder layer, as the HF config has them ("full_attention", ...)
-    variants: tuple[LanguageModelVariant, ...]  # prefill, decode, verify
-    format_version: int = 1
+    verify_length: int  # the most tokens of a verification block: anchor + drafts
+    prefill_chunk: int  # the most tokens of a prompt chunk
+    format_version: int = IR_FORMAT_VERSION
 
-    def variant(self, name: str) -> LanguageModelVariant:
-        """The variant called `name`."""
-        return next(variant for variant in self.variants if variant.name == name)
+    def __post_init__(self):
+        for field in ("verify_length", "prefill_chunk"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"{field}={getattr(self, field)} must be >= 1")
+
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens one call of the IR takes."""
+        return max(self.verify_length, self.prefill_chunk)
 
     def to_json(self) -> dict:
-        """The JSON object; `variants` maps each name to the variant's fields and its `file`."""
-        return {"format_version": self.format_version, "weight_format": self.weight_format,
+        """The JSON object, with the IR's `file` and `max_tokens` for readers outside this package."""
+        return {"format_version": self.format_version, "file": LANGUAGE_MODEL_NAME, "weight_format": self.weight_format,
                 "hidden_size": self.hidden_size, "vocab_size": self.vocab_size,
                 "hidden_layer_ids": list(self.hidden_layer_ids), "layer_types": list(self.layer_types),
-                "variants": {variant.name: {"file": variant.file, **dataclasses.asdict(variant)}
-                             for variant in self.variants}}
+                "verify_length": self.verify_length, "prefill_chunk": self.prefill_chunk, "max_tokens": self.max_tokens}
 
     @classmethod
-    def from_json(cls, raw: dict) -> LanguageModelConfig:
-        """Reads `to_json`'s object."""
-        names = [field.name for field in dataclasses.fields(LanguageModelVariant)]
-        variants = tuple(LanguageModelVariant(**{name: spec[name] for name in names if name in spec})
-                         for spec in raw["variants"].values())  # fields with defaults may be absent
+    def from_json(cls, raw: dict, *, source: str = LANGUAGE_MODEL_CONFIG) -> LanguageModelConfig:
+        """Reads `to_json`'s object; ValueError for another layout version (an older export: export it again)."""
+        version = raw.get("format_version")
+        if version != IR_FORMAT_VERSION:
+            raise ValueError(f"{source}: format_version={version}, this code reads {IR_FORMAT_VERSION} (one "
+                             f"language-model IR); export the target again with python -m utils.export target")
         return cls(weight_format=raw["weight_format"], hidden_size=raw["hidden_size"], vocab_size=raw["vocab_size"],
                    hidden_layer_ids=tuple(raw["hidden_layer_ids"]), layer_types=tuple(raw["layer_types"]),
-                   variants=variants, format_version=raw["format_version"])
+                   verify_length=raw["verify_length"], prefill_chunk=raw["prefill_chunk"], format_version=version)
 
     def write(self, folder: Path | str) -> None:
         """Writes `folder / LANGUAGE_MODEL_CONFIG`."""
@@ -210,11 +210,11 @@ class LanguageModelConfig:
 
     @classmethod
     def read(cls, folder: Path | str) -> LanguageModelConfig:
-        """Reads `folder / LANGUAGE_MODEL_CONFIG`; ValueError when the folder has none."""
+        """Reads `folder / LANGUAGE_MODEL_CONFIG`; ValueError when the folder has none or an older layout."""
         path = Path(folder) / LANGUAGE_MODEL_CONFIG
         if not path.is_file():
             raise ValueError(f"{folder} has no {LANGUAGE_MODEL_CONFIG}; export the language model first")
-        return cls.from_json(json.loads(path.read_text()))
+        return cls.from_json(json.loads(path.read_text()), source=str(path))
 
 
 @dataclass(frozen=True)

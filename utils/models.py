@@ -17,7 +17,7 @@ from pathlib import Path
 from utils.contract import IR_FORMAT_VERSION
 
 __all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "default_ir_pair", "download_real_pair",
-           "missing_target_files", "missing_draft_files"]
+           "hub_unreachable_reason", "real_ir_pair", "missing_target_files", "missing_draft_files"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REAL_TARGET_ID = "openbmb/MiniCPM-OCR-1.0"
@@ -76,16 +76,57 @@ def download_real_pair(models: Path | str | None = None) -> tuple[Path, Path]:
     return folders[0], folders[1]
 
 
+def hub_unreachable_reason(repo_id: str = REAL_TARGET_ID, *, timeout: float = 10.0) -> str | None:
+    """Why the real checkpoints cannot be downloaded now, in one line, or None when the model hub answers.
+
+    Args:
+        repo_id: the repository to ask about.
+        timeout: seconds to wait for the answer.
+    """
+    from huggingface_hub import HfApi
+
+    try:
+        HfApi().model_info(repo_id, timeout=timeout)
+    except Exception as error:  # any failure means "not now": offline mode, no network, no such repository
+        detail = (str(error).splitlines() or [""])[0][:160]
+        return f"the model hub does not answer for {repo_id} ({type(error).__name__}: {detail})"
+    return None
+
+
+def real_ir_pair(models: Path | str | None = None, *, target_format: str = "int8",
+                 draft_formats: tuple[str, ...] = ("fp16", "int8", "int4")) -> tuple[Path, dict[str, Path]]:
+    """Downloads the real pair (needs internet) and exports the target and each draft format once.
+
+    The defaults are the seed's validation: an int8 target, drafts in 16-bit (the published bf16, stored as
+    fp16), int8 and int4 (lm_head in int8). Existing exports are reused.
+
+    Returns:
+        (target IR folder, {draft weight format: draft IR folder}) below the models folder.
+    """
+    from utils.export.draft import export_draft
+    from utils.export.target import export_target
+
+    models = Path(models) if models is not None else models_dir()
+    target_source, draft_source = download_real_pair(models)
+    target = models / f"{target_source.name}-ov-{target_format}"
+    if not target.exists():
+        export_target(target_source, target, draft=draft_source, weight_format=target_format)
+    drafts = {}
+    for weight_format in draft_formats:
+        drafts[weight_format] = models / f"{draft_source.name}-ov-{weight_format}"
+        if not drafts[weight_format].exists():
+            export_draft(draft_source, drafts[weight_format], weight_format=weight_format)
+    return target, drafts
+
+
 def missing_target_files(folder: Path | str) -> list[str]:
     """Files an exported target folder lacks (empty when it is complete)."""
-    from utils.contract import (DETOKENIZER_NAME, LANGUAGE_MODEL_CONFIG, TEXT_EMBEDDINGS_NAME, TOKENIZER_NAME,
-                                VISION_EMBEDDINGS_NAME, LanguageModelConfig)
+    from utils.contract import (DETOKENIZER_NAME, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_NAME, TEXT_EMBEDDINGS_NAME,
+                                TOKENIZER_NAME, VISION_EMBEDDINGS_NAME)
 
     folder = Path(folder)
-    expected = [VISION_EMBEDDINGS_NAME, TEXT_EMBEDDINGS_NAME, LANGUAGE_MODEL_CONFIG, TOKENIZER_NAME, DETOKENIZER_NAME,
-                "config.json", "generation_config.json"]
-    if (folder / LANGUAGE_MODEL_CONFIG).is_file():
-        expected += [variant.file for variant in LanguageModelConfig.read(folder).variants]
+    expected = [VISION_EMBEDDINGS_NAME, TEXT_EMBEDDINGS_NAME, LANGUAGE_MODEL_NAME, LANGUAGE_MODEL_CONFIG,
+                TOKENIZER_NAME, DETOKENIZER_NAME, "config.json", "generation_config.json"]
     expected += [name.replace(".xml", ".bin") for name in expected if name.endswith(".xml")]
     return [name for name in expected if not (folder / name).is_file()]
 

@@ -5,7 +5,7 @@
           -> language model verify [anchor, drafts] -> host argmax -> accept the longest matching prefix
           -> rollback the target's state to it -> emit the accepted drafts and the bonus token
 
-Without a proposer the loop is plain greedy decoding with the decode IR (the baseline). Either way the output
+Without a proposer the loop is plain greedy decoding, one token per call (the baseline). Either way the output
 is the target's own greedy output, token for token (`utils.engine.verification`). The engine knows nothing of
 images or text: the OCR pipeline (`utils.pipeline`) turns a page into prompt embeddings and tokens into text.
 """

@@ -26,7 +26,8 @@ __all__ = ["VIRTUAL_DEVICES", "PRECISIONS", "F32_PROPERTIES", "openvino_core", "
 VIRTUAL_DEVICES = ("AUTO",)
 PRECISIONS = ("f32", "default")
 # The reference precision: this CPU defaults to bf16, and for INT8-weight IRs it also quantizes activations
-# on the fly unless the group size is 0 (then decode and verify IRs round alike: exact greedy parity).
+# on the fly unless the group size is 0 (then single tokens and verification blocks round alike: exact greedy
+# parity).
 F32_PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
 
 

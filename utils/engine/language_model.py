@@ -1,11 +1,14 @@
-"""Runs the exported MiniCPM-OCR language-model IRs with rollback, on OpenVINO Runtime and numpy only.
+"""Runs the exported MiniCPM-OCR language-model IR with rollback, on OpenVINO Runtime and numpy only.
 
-`LanguageModelSession` owns the text model's state between calls: preallocated K/V buffers of the
-full-attention layers (sequence-major, so the past is a contiguous prefix that goes to OpenVINO without a
-copy), and the conv and recurrent states of the linear-attention layers. A speculative step is
+`LanguageModelSession` compiles the one IR (its token count is dynamic, so prompt chunks, single tokens and
+verification blocks all run on one compiled model: the weights are in memory once; OpenVINO's CPU plugin
+keeps a private copy of them per compiled model, even of one `ov.Model` compiled twice) and owns the text
+model's state between calls: preallocated K/V buffers of the full-attention layers (sequence-major, so the
+past is a contiguous prefix that goes to OpenVINO without a copy), and the conv and recurrent states of the
+linear-attention layers. A speculative step is
 `verify(block)` (no commit), argmax on the host, then `accept(n)`, which keeps the state after the first n
 tokens of the block: K/V and conv state are sliced from the block's outputs; the recurrent state is rebuilt
-from the state before the block and the verify IR's rollback terms (`rebuild_recurrent_state`). The IR
+from the state before the block and the IR's rollback terms (`rebuild_recurrent_state`). The IR
 layout and the derivation are in `utils.export.language_model`; file, port and config names in `utils.contract`.
 
 Shape symbols:
@@ -16,16 +19,15 @@ Shape symbols:
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import openvino as ov
 
-from utils.contract import (ATTENTION_MASK, HIDDEN_STATES, INPUTS_EMBEDS, LOGITS, POSITION_IDS, LanguageModelConfig,
-                            LanguageModelVariant, past_conv_state, past_key, past_recurrent_state, past_value,
-                            present_conv_window, present_key, present_recurrent_state, present_value, rollback_delta,
-                            rollback_key, rollback_log_decay)
+from utils.contract import (ATTENTION_MASK, HIDDEN_STATES, INPUTS_EMBEDS, LANGUAGE_MODEL_NAME, LOGITS, NUM_LOGITS,
+                            POSITION_IDS, LanguageModelConfig, past_conv_state, past_key, past_recurrent_state,
+                            past_value, present_conv_window, present_key, present_recurrent_state, present_value,
+                            rollback_delta, rollback_key, rollback_log_decay)
 from utils.engine.device import openvino_core
 from utils.engine.timing import Clock
 
@@ -66,16 +68,6 @@ def _timed_call(method):
     return timed
 
 
-@dataclass(frozen=True)
-class _Variant:
-    compiled: ov.CompiledModel
-    request: ov.InferRequest
-    length: int
-    rollback: bool
-    dynamic: bool
-    output_index: dict
-
-
 class LanguageModelSession:
     """The exported text model with its state: prefill, decode, verify + accept (rollback), reset.
 
@@ -84,7 +76,7 @@ class LanguageModelSession:
 
     def __init__(self, folder: Path | str, *, device: str = "CPU", properties: dict | None = None,
                  max_length: int = 8192, core: ov.Core | None = None):
-        """Compiles each IR once and creates one infer request per IR.
+        """Compiles the IR once and creates its infer request.
 
         Args:
             folder: a folder written by `export_language_model`.
@@ -100,25 +92,18 @@ class LanguageModelSession:
             raise ValueError(f"max_length={max_length} must be >= 1")
         self.config = config
         self.max_length = max_length
-        core = core or openvino_core()
-        self._variants = {variant.name: self._compile(core, folder, variant, device, properties or {})
-                          for variant in config.variants}
-        self.verify_length = self._variants["verify"].length
-        self.prefill_chunk = self._variants["prefill"].length
-        self._allocate_state(core.read_model(folder / config.variant("decode").file))
+        self.verify_length = config.verify_length  # the most tokens `verify` takes
+        self.prefill_chunk = config.prefill_chunk  # tokens per prefill call
+        compiled = (core or openvino_core()).compile_model(folder / LANGUAGE_MODEL_NAME, device, properties or {})
+        self._request = compiled.create_infer_request()
+        self._output_index = {name: index for index, port in enumerate(compiled.outputs) for name in port.get_names()}
+        self._allocate_state(compiled)
         self.clock = Clock()  # inside OpenVINO inference calls
         self.call_clock = Clock()  # inside the public calls: inference plus the host work around it
         self.reset()
 
-    @staticmethod
-    def _compile(core, folder: Path, variant: LanguageModelVariant, device, properties) -> _Variant:
-        compiled = core.compile_model(folder / variant.file, device, properties)
-        output_index = {name: index for index, port in enumerate(compiled.outputs) for name in port.get_names()}
-        return _Variant(compiled, compiled.create_infer_request(), variant.length, variant.rollback, variant.dynamic,
-                        output_index)
-
-    def _allocate_state(self, model: ov.Model) -> None:
-        shapes = {port.get_any_name(): port.get_partial_shape() for port in model.inputs}
+    def _allocate_state(self, compiled: ov.CompiledModel) -> None:
+        shapes = {port.get_any_name(): port.get_partial_shape() for port in compiled.inputs}
         self._kv_ports, self._linear_layers = [], []  # (past, present) port names of the K/V of full attention
         self._kv_buffers, self._linear_state = {}, {}
         for layer in range(len(self.config.layer_types)):
@@ -170,10 +155,7 @@ class LanguageModelSession:
 
     @_timed_call
     def prefill(self, inputs_embeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Appends a prompt of any length and commits it.
-
-        From an empty state the first prefill chunk is left-padded (exact); after earlier text, the tokens
-        that do not fill a chunk go through the verify IR, fully accepted.
+        """Appends a prompt of any length, in calls of up to `prefill_chunk` tokens, and commits it.
 
         Args:
             inputs_embeds: [T, H] embeddings (image features already scattered in).
@@ -182,28 +164,14 @@ class LanguageModelSession:
             logits [V] of the last token, hidden states [T, n*H].
         """
         embeds = self._start_call(inputs_embeds, "inputs_embeds")
-        total, chunk = len(embeds), self.prefill_chunk
-        remainder = total % chunk
-        hidden, logits, offset = [], None, 0
-        if remainder and self._past_length > 0:
-            while offset < remainder:
-                count = min(self.verify_length, remainder - offset)
-                outputs = self._run("verify", embeds[offset:offset + count], pad_left=0)
-                self._commit("verify", outputs, start=0, stop=count)
-                hidden.append(outputs[HIDDEN_STATES][0, :count].copy())
-                logits = outputs[LOGITS][0, count - 1].copy()
-                offset += count
-        elif remainder:
-            outputs = self._run("prefill", embeds[:remainder], pad_left=chunk - remainder)
-            self._commit("prefill", outputs, start=chunk - remainder, stop=chunk)
-            hidden.append(outputs[HIDDEN_STATES][0, chunk - remainder:].copy())
-            logits, offset = outputs[LOGITS][0, -1].copy(), remainder
-        for offset in range(offset, total, chunk):
-            outputs = self._run("prefill", embeds[offset:offset + chunk], pad_left=0)
-            self._commit("prefill", outputs, start=0, stop=chunk)
+        hidden = []
+        for offset in range(0, len(embeds), self.prefill_chunk):
+            chunk = embeds[offset:offset + self.prefill_chunk]
+            last = offset + len(chunk) == len(embeds)
+            outputs = self._run(chunk, num_logits=int(last))  # only the prompt's last token needs logits
+            self._commit(outputs, len(chunk))
             hidden.append(outputs[HIDDEN_STATES][0].copy())
-            logits = outputs[LOGITS][0, -1].copy()
-        return logits, np.concatenate(hidden)
+        return outputs[LOGITS][0, -1].copy(), np.concatenate(hidden)
 
     @_timed_call
     def decode_one(self, embeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -216,16 +184,15 @@ class LanguageModelSession:
             logits [V], hidden states [n*H].
         """
         embeds = self._start_call(np.reshape(embeds, (1, -1)), "embeds")
-        outputs = self._run("decode", embeds, pad_left=0)
-        self._commit("decode", outputs, start=0, stop=1)
+        outputs = self._run(embeds, num_logits=1)
+        self._commit(outputs, 1)
         return outputs[LOGITS][0, 0].copy(), outputs[HIDDEN_STATES][0, 0].copy()
 
     @_timed_call
     def verify(self, block_embeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Runs a verification block (anchor + drafts) in one inference without committing it.
 
-        A dynamic verify IR runs the block as it is, so verifying fewer drafts costs less; a static one
-        right-pads shorter blocks (padded positions never reach the kept state).
+        The block runs as it is, so verifying fewer drafts costs less.
 
         Args:
             block_embeds: [S, H] with 1 <= S <= verify_length.
@@ -235,12 +202,12 @@ class LanguageModelSession:
         """
         embeds = self._start_call(block_embeds, "block_embeds")
         if len(embeds) > self.verify_length:
-            raise ValueError(f"block_embeds has {len(embeds)} tokens; the verify IR takes at most "
-                             f"{self.verify_length}")
-        outputs = self._run("verify", embeds, pad_left=0)
+            raise ValueError(f"block_embeds has {len(embeds)} tokens; verify takes at most "
+                             f"verify_length={self.verify_length}")
         count = len(embeds)
+        outputs = self._run(embeds, num_logits=count)
         self._pending = (outputs, count)
-        return outputs[LOGITS][0, :count].copy(), outputs[HIDDEN_STATES][0, :count].copy()
+        return outputs[LOGITS][0].copy(), outputs[HIDDEN_STATES][0].copy()
 
     @_timed_call
     def accept(self, n_tokens: int) -> None:
@@ -252,7 +219,7 @@ class LanguageModelSession:
             raise ValueError(f"n_tokens={n_tokens} must be in [0, {count}] (the verified block's length)")
         self._pending = None
         if n_tokens:
-            self._commit("verify", outputs, start=0, stop=n_tokens)
+            self._commit(outputs, n_tokens)
 
     def _start_call(self, embeds: np.ndarray, field: str) -> np.ndarray:
         """Validates a call's embeddings [k, H] and discards any verified block not yet accepted."""
@@ -266,42 +233,33 @@ class LanguageModelSession:
         self._pending = None
         return embeds
 
-    def _run(self, name: str, embeds: np.ndarray, *, pad_left: int) -> dict:
-        """One inference of IR `name` on embeds [k, H] placed after `pad_left` pads, right-padded to its length
-        (a dynamic IR takes the k tokens as they are: it costs what it computes)."""
-        variant = self._variants[name]
+    def _run(self, embeds: np.ndarray, *, num_logits: int) -> dict:
+        """One inference on embeds [k, H] after the committed text, with the logits of its last `num_logits`
+        positions; returns the outputs by port name (views valid until the next inference)."""
         count = len(embeds)
-        length = count if variant.dynamic else variant.length
-        padded = np.zeros((1, length, embeds.shape[1]), np.float32)
-        padded[0, pad_left:pad_left + count] = embeds
-        mask = np.zeros((1, length), np.int64)
-        mask[0, pad_left:pad_left + count] = 1
-        positions = np.maximum(np.arange(length, dtype=np.int64) - pad_left, 0)[None] + self._past_length
-        inputs = {INPUTS_EMBEDS: padded, POSITION_IDS: positions, ATTENTION_MASK: mask, **self._linear_state}
+        inputs = {INPUTS_EMBEDS: embeds[None], POSITION_IDS: np.arange(count, dtype=np.int64)[None] + self._past_length,
+                  ATTENTION_MASK: np.ones((1, count), np.int64), NUM_LOGITS: np.array(num_logits, np.int64),
+                  **self._linear_state}
         for past, _ in self._kv_ports:
             inputs[past] = self._kv_buffers[past][:, :self._past_length]
         with self.clock.measure():
-            results = variant.request.infer(inputs, share_inputs=True, share_outputs=True)
-        return {port_name: results[index] for port_name, index in variant.output_index.items()}
+            results = self._request.infer(inputs, share_inputs=True, share_outputs=True)
+        return {port_name: results[index] for port_name, index in self._output_index.items()}
 
-    def _commit(self, name: str, outputs: dict, *, start: int, stop: int) -> None:
-        """Keeps the state after positions [start, stop) of a call's block (positions before start are pads)."""
-        variant, past_length = self._variants[name], self._past_length
-        kept, call_length = stop - start, outputs[HIDDEN_STATES].shape[1]
+    def _commit(self, outputs: dict, kept: int) -> None:
+        """Keeps the state after the first `kept` positions of a call's tokens."""
+        past_length, call_length = self._past_length, outputs[HIDDEN_STATES].shape[1]
         for past, present in self._kv_ports:
-            self._kv_buffers[past][:, past_length:past_length + kept] = outputs[present][:, start:stop]
+            self._kv_buffers[past][:, past_length:past_length + kept] = outputs[present][:, :kept]
         for layer in self._linear_layers:
             width = self._conv_width[layer]
             window = outputs[present_conv_window(layer)]
-            self._linear_state[past_conv_state(layer)][...] = window[:, :, stop:stop + width]
+            self._linear_state[past_conv_state(layer)][...] = window[:, :, kept:kept + width]
             state = self._linear_state[past_recurrent_state(layer)]
-            if stop == call_length:
+            if kept == call_length:
                 state[...] = outputs[present_recurrent_state(layer)]
-            elif variant.rollback and start == 0:
+            else:
                 state[...] = rebuild_recurrent_state(
                     state, outputs[rollback_key(layer)], outputs[rollback_delta(layer)],
-                    outputs[rollback_log_decay(layer)], stop)
-            else:
-                raise ValueError(f"the {name} IR has no rollback outputs: it can only keep all {call_length} "
-                                 f"tokens, not {kept}; export with rollback_outputs=True")
+                    outputs[rollback_log_decay(layer)], kept)
         self._past_length = past_length + kept

@@ -1,13 +1,14 @@
 """NNCF weight compression of the exported IRs: INT8 or INT4 weights, data-free and deterministic.
 
-`compress_folder(SRC, OUT, weight_format="int4")` compresses an exported fp32 (or fp16) target or draft
-folder into OUT, atomically, copying every other file; `export_target` and `export_draft` take the same
-`weight_format` values and use the same functions. What each format means, IR by IR:
+`export_target` and `export_draft` with `weight_format="int8"` or `"int4"` compress each IR in memory, before it
+is saved (`save_ir`), so no uncompressed copy is written; `compress_folder(SRC, OUT, weight_format="int4")`
+compresses a folder exported in fp32 (or fp16) into OUT, atomically, copying every other file, with the same
+function: both write the same folder. What each format means, IR by IR:
 
 | IR | int8 | int4 |
 |---|---|---|
 | draft backbone `openvino_model.xml` | INT8_ASYM | INT4_ASYM groups; `lm_head` INT8_ASYM |
-| target language models (prefill/decode/verify) | INT8_ASYM | INT4_ASYM groups; `lm_head` INT8_ASYM |
+| target language model (`LANGUAGE_MODEL_NAME`) | INT8_ASYM | INT4_ASYM groups; `lm_head` INT8_ASYM |
 | Markov head `openvino_markov_head_model.xml` | INT8_ASYM | INT8_ASYM |
 | target vision and text embeddings | INT8_ASYM | INT8_ASYM |
 
@@ -23,10 +24,10 @@ folder into OUT, atomically, copying every other file; `export_target` and `expo
   keeps "the last MatMul in topological order" in INT8, which is a position, not the head; so the INT4 pass
   ignores the head by name (`all_layers=True` for the others), and an INT8 pass then compresses it.
 - The Markov tables (`markov_w1` [V, r], 248,100 x r for the real draft; `markov_w2` [Vd, r]) are read by
-  index and added to the logits as a bias: INT8 per row, never INT4, as NNCF treats embedding tables.
-  They sit in the `If` bodies of the two walks, which `nncf.compress_weights` does not enter, so each body
-  is compressed on its own. The target's text embeddings (which also embed the draft's block) and the vision
-  IR get INT8, as optimum-intel does for the non-language parts of a VLM under INT4.
+  index and added to the logits as a bias: INT8 per row, never INT4, as NNCF treats embedding tables; each
+  is one Constant of the Markov head IR (`utils.export.markov_head`). The target's text embeddings (which also
+  embed the draft's block) and the vision IR get INT8, as optimum-intel does for the non-language parts of a
+  VLM under INT4.
 - Left in floating point: norms, biases, RoPE frequencies, the gated-delta decay parameters (elementwise,
   small), and integer constants (`d2t`, draft-to-target ids).
 
@@ -47,13 +48,14 @@ from pathlib import Path
 
 import openvino as ov
 
-from utils.contract import (COMPRESSED_FORMATS, DRAFT_MODEL, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_FILES, LOGITS,
+from utils.contract import (COMPRESSED_FORMATS, DRAFT_MODEL, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_NAME, LOGITS,
                             MARKOV_HEAD_MODEL, TARGET_MANIFEST, TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME,
-                            WEIGHT_COMPRESSION_KEY, WEIGHT_FORMAT_KEY, LanguageModelConfig, rt_info_path)
+                            WEIGHT_COMPRESSION_KEY, WEIGHT_FORMAT_KEY, WEIGHT_FORMATS, LanguageModelConfig,
+                            rt_info_path)
 from utils.files import atomic_directory
 
 __all__ = ["CompressionConfig", "WeightInfo", "weight_constants", "head_weight", "ir_weight_format",
-           "compress_model", "compressed_files", "compress_folder"]
+           "compress_model", "save_ir", "compressed_files", "compress_folder"]
 
 _INTEGER_TYPES = ("u8", "i8", "u4", "i4")
 _DECOMPRESSION_OPS = ("Convert", "Subtract", "Multiply", "Reshape")
@@ -109,13 +111,8 @@ def _weight_constant(node_input: ov.Output) -> ov.Node | None:
     return node if element_type.is_real() or element_type.get_type_name() in _INTEGER_TYPES else None
 
 
-def _bodies(model: ov.Model) -> list[ov.Model]:
-    return [body for node in model.get_ordered_ops() if node.get_type_name() == "If"
-            for body in (node.get_then_body(), node.get_else_body())]
-
-
 def weight_constants(model: ov.Model) -> list[WeightInfo]:
-    """The weights of MatMuls, Gathers and convolutions, in graph order, `If` bodies included; each once.
+    """The weights of MatMuls, Gathers and convolutions, in graph order; each once.
 
     Args:
         model: an IR as read or compressed.
@@ -131,8 +128,6 @@ def weight_constants(model: ov.Model) -> list[WeightInfo]:
                 found[constant.get_friendly_name()] = WeightInfo(
                     constant.get_friendly_name(), constant.get_element_type().get_type_name(),
                     tuple(constant.get_output_shape(0)), node.get_type_name())
-    for body in _bodies(model):
-        found |= {info.name: info for info in weight_constants(body) if info.name not in found}
     return list(found.values())
 
 
@@ -165,7 +160,7 @@ def ir_weight_format(file_name: str, weight_format: str) -> str:
     """What `weight_format` means for one IR file: INT4 only for the transformer IRs, INT8 for the rest."""
     if weight_format not in COMPRESSED_FORMATS:
         raise ValueError(f"weight_format={weight_format!r} must be one of {COMPRESSED_FORMATS}")
-    transformer = file_name == DRAFT_MODEL or file_name in LANGUAGE_MODEL_FILES.values()
+    transformer = file_name in (DRAFT_MODEL, LANGUAGE_MODEL_NAME)
     return weight_format if transformer else "int8"
 
 
@@ -184,11 +179,7 @@ def _quiet_nncf():
 
 
 def _compress_int8_everywhere(model: ov.Model, nncf) -> ov.Model:
-    """INT8_ASYM for every weight still in floating point, in the main graph and in each `If` body."""
-    for node in model.get_ordered_ops():
-        if node.get_type_name() == "If":
-            node.set_then_body(_compress_int8_everywhere(node.get_then_body(), nncf))
-            node.set_else_body(_compress_int8_everywhere(node.get_else_body(), nncf))
+    """INT8_ASYM for every weight still in floating point."""
     if not any(info.element_type not in _INTEGER_TYPES for info in weight_constants(model)):
         return model
     return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
@@ -199,8 +190,8 @@ def compress_model(model: ov.Model, *, weight_format: str, config: CompressionCo
     """Compresses the weights of one IR (in place where NNCF allows) and records it in the rt_info.
 
     int8: INT8_ASYM everywhere. int4: INT4_ASYM groups for every MatMul except the head behind `logits`,
-    then INT8_ASYM for what is left (the head, tables, convolutions, `If` bodies). Use `ir_weight_format`
-    to pick the format of a file of an export folder.
+    then INT8_ASYM for what is left (the head, tables, convolutions). `save_ir` picks the format of a file of
+    an export folder (`ir_weight_format`).
 
     Args:
         model: an uncompressed IR (fp32 or fp16 weights).
@@ -233,6 +224,9 @@ def compress_model(model: ov.Model, *, weight_format: str, config: CompressionCo
 
 
 def _check_uncompressed(model: ov.Model, *, source: str) -> None:
+    if any(node.get_type_name() == "If" for node in model.get_ordered_ops()):  # NNCF leaves `If` bodies as they are
+        raise ValueError(f"{source} has an `If` op: an IR layout of an older export (its Markov head); export it "
+                         f"again with python -m utils.export")
     key = rt_info_path(WEIGHT_FORMAT_KEY)
     if model.has_rt_info(key):
         recorded = model.get_rt_info(key).astype(str)
@@ -242,6 +236,26 @@ def _check_uncompressed(model: ov.Model, *, source: str) -> None:
     if integer:
         raise ValueError(f"{source} already has {'/'.join(integer)} weights (compressed elsewhere, e.g. by "
                          f"optimum-cli); compress the uncompressed (fp32) export instead")
+
+
+def save_ir(model: ov.Model, path: Path, *, weight_format: str, config: CompressionConfig = CompressionConfig()
+            ) -> None:
+    """Saves one IR of an export folder in `weight_format`: the one function every export and `compress_folder` use.
+
+    fp32 as it is; fp16 stored in fp16 (`compress_to_fp16`); int8/int4 compressed in memory first (`compress_model`,
+    in the format `ir_weight_format` gives the file), so no uncompressed copy reaches the disk.
+
+    Args:
+        model: the uncompressed IR (changed in place when compressed).
+        path: where to write it; its name picks the format of the file.
+        weight_format: one of `WEIGHT_FORMATS`.
+        config: INT4 group size, ratio and smallest adjusted group.
+    """
+    if weight_format not in WEIGHT_FORMATS:
+        raise ValueError(f"weight_format={weight_format!r} must be one of {WEIGHT_FORMATS}")
+    if weight_format in COMPRESSED_FORMATS:
+        model = compress_model(model, weight_format=ir_weight_format(path.name, weight_format), config=config)
+    ov.save_model(model, path, compress_to_fp16=weight_format == "fp16")
 
 
 def compressed_files(folder: Path | str) -> tuple[str, ...]:
@@ -254,8 +268,7 @@ def compressed_files(folder: Path | str) -> tuple[str, ...]:
     if (folder / DRAFT_MODEL).is_file():
         return DRAFT_MODEL, MARKOV_HEAD_MODEL
     if (folder / LANGUAGE_MODEL_CONFIG).is_file():
-        variants = LanguageModelConfig.read(folder).variants
-        return (VISION_EMBEDDINGS_NAME, TEXT_EMBEDDINGS_NAME, *(variant.file for variant in variants))
+        return VISION_EMBEDDINGS_NAME, TEXT_EMBEDDINGS_NAME, LANGUAGE_MODEL_NAME
     raise ValueError(f"{folder} is neither a draft export ({DRAFT_MODEL}) nor a target export "
                      f"({LANGUAGE_MODEL_CONFIG}); export it first with python -m utils.export")
 
@@ -304,7 +317,6 @@ def compress_folder(source: Path | str, out: Path | str, *, weight_format: str,
             if path.is_file() and path.name not in weight_files:
                 shutil.copy2(path, staging / path.name)
         for name, model in models.items():
-            compressed = compress_model(model, weight_format=ir_weight_format(name, weight_format), config=config)
-            ov.save_model(compressed, staging / name, compress_to_fp16=False)
+            save_ir(model, staging / name, weight_format=weight_format, config=config)
         _record_format_in_manifests(staging, weight_format)
     return out

@@ -62,10 +62,10 @@ from torch import nn
 
 from utils.checkpoint.config import DRAFT_CONFIG, DraftValidationError
 from utils.checkpoint.draft import LOCAL_TO_TARGET, DraftCheckpoint, load_draft_checkpoint
-from utils.contract import (COMPRESSED_FORMATS, D2T, DRAFT_MODEL, HIDDEN_STATES, INPUTS_EMBEDS, LAST_HIDDEN_STATE,
-                            LOGITS, MARKOV_HEAD_MODEL, POSITION_IDS, WEIGHT_FORMATS, DraftInfo, past_key, past_value,
+from utils.contract import (D2T, DRAFT_MODEL, HIDDEN_STATES, INPUTS_EMBEDS, LAST_HIDDEN_STATE, LOGITS,
+                            MARKOV_HEAD_MODEL, POSITION_IDS, WEIGHT_FORMATS, DraftInfo, past_key, past_value,
                             present_key, present_value, write_draft_info)
-from utils.export.compression import compress_model, ir_weight_format
+from utils.export.compression import save_ir
 from utils.export.markov_head import MarkovHeadWeights, build_markov_head
 from utils.files import atomic_directory
 from utils.reference.modeling import DSparkDraftModel, rope_cos_sin
@@ -201,8 +201,6 @@ def export_draft(source: Path | str, out: Path | str, *, weight_format: str = "f
         DraftValidationError: the source is not a draft this exporter can use (nothing is written).
         FileExistsError: `out` exists and `overwrite` is False.
     """
-    import openvino as ov
-
     if weight_format not in WEIGHT_FORMATS:
         raise ValueError(f"weight_format={weight_format!r} must be one of {WEIGHT_FORMATS}")
     source, out = Path(source), Path(out)
@@ -210,11 +208,11 @@ def export_draft(source: Path | str, out: Path | str, *, weight_format: str = "f
     info = draft_info(checkpoint)
     d2t = checkpoint.target_ids - np.arange(checkpoint.config.draft_vocab_size, dtype=np.int64)
     with atomic_directory(out, overwrite=overwrite) as staging:
-        for name, ov_model in ((DRAFT_MODEL, convert_backbone(model, d2t)),
-                               (MARKOV_HEAD_MODEL, convert_markov_head(checkpoint))):
-            if weight_format in COMPRESSED_FORMATS:
-                ov_model = compress_model(ov_model, weight_format=ir_weight_format(name, weight_format))
+        for name, convert in ((DRAFT_MODEL, lambda: convert_backbone(model, d2t)),
+                              (MARKOV_HEAD_MODEL, lambda: convert_markov_head(checkpoint))):
+            ov_model = convert()
             write_draft_info(ov_model, info)
-            ov.save_model(ov_model, staging / name, compress_to_fp16=weight_format == "fp16")
+            save_ir(ov_model, staging / name, weight_format=weight_format)
+            del ov_model  # one IR in memory at a time
         _copy_source_files(checkpoint, staging)
     return out

@@ -1,6 +1,6 @@
-"""The chunked gated delta rule of Gated DeltaNet in PyTorch, written to trace into a static OpenVINO graph.
+"""The chunked gated delta rule of Gated DeltaNet in PyTorch, written to trace into one OpenVINO graph of dynamic S.
 
-Same mathematics as HF `torch_chunk_gated_delta_rule` (`models/qwen3_5/modeling_qwen3_5.py`), with three
+Same mathematics as HF `torch_chunk_gated_delta_rule` (`models/qwen3_5/modeling_qwen3_5.py`), with four
 differences that matter for export:
 
 - The unit lower-triangular system of each chunk is inverted with a product of matrix powers,
@@ -9,13 +9,22 @@ differences that matter for export:
 - It returns the per-token state corrections `delta` ("v_new" in HF; the beta-scaled prediction error of
   each token), which is what lets a runtime rebuild the recurrent state after any prefix (see the runtime's
   `rebuild_recurrent_state`).
-- The chunk loop unrolls at trace time. With `pad_to`, the sequence is zero-padded to that many tokens inside
-  the graph first, so any S <= pad_to runs the same unrolled chunks: a dynamic-S IR. Padding at the end is
-  exact: a padded token has k = v = 0, beta = 0 and g = 0, so it changes neither the state nor the earlier
-  outputs (each output depends only on the tokens before it).
+- S is dynamic up to `max_length` without a loop op and without computing on padding. The S tokens are cut
+  into n = ceil(S / chunk) chunks (the last one zero-padded, which is exact: a padded token has k = v = 0,
+  beta = 0 and g = 0, and each output depends only on the tokens before it), and everything inside a chunk
+  is computed for all n chunks at once. Only the state passed from chunk to chunk is sequential: the trace
+  unrolls ceil(max_length / chunk) slots, and slot j slices chunk j, which is an empty tensor when j >= n;
+  the state update after slot j is gated by the slice of chunk j + 1, so it is empty when no chunk follows,
+  and an unused slot works on empty tensors only (microseconds, not passes over the [Hv, dk, dv] state).
+- The final state is computed once from all tokens, S_S = exp(G_S) S_0 + sum_t exp(G_S - G_t) k_t delta_t^T
+  (the rollback formula at count S), so no slot has to tell whether it was the last one used.
+
+Every exponent is of a non-positive number (G is a cumulative sum of g <= 0 and only G_i - G_j with i >= j
+appears), so nothing overflows, however long the call.
 
 Shape symbols:
-    S: tokens, Hv: value heads (keys and queries already repeated to Hv), dk: key dim, dv: value dim.
+    S: tokens, n: chunks, c: chunk size, Hv: value heads (keys and queries already repeated to Hv),
+    dk: key dim, dv: value dim.
 """
 
 from __future__ import annotations
@@ -41,27 +50,14 @@ def _unit_lower_inverse(strictly_lower: torch.Tensor) -> torch.Tensor:
     return inverse
 
 
-def _chunk(query, key, value, log_decay, beta, state):
-    """One chunk of the gated delta rule; returns (output, new state, per-token corrections)."""
-    size = query.shape[-2]
-    lower_with_diagonal = torch.tril(torch.ones(size, size, dtype=torch.bool))
-    cumulative = log_decay.cumsum(dim=-1)  # [1, Hv, c]
-    pairwise = cumulative.unsqueeze(-1) - cumulative.unsqueeze(-2)  # [1, Hv, c, c]: G_i - G_j
-    pairwise = torch.where(lower_with_diagonal, pairwise, torch.full_like(pairwise, -math.inf)).exp()
+def _chunks(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """[1, Hv, S, d] -> [1, Hv, n, c, d], n = ceil(S / c), the last chunk zero-padded.
 
-    key_beta = key * beta.unsqueeze(-1)
-    strictly_lower = torch.tril((key_beta @ key.transpose(-1, -2)) * pairwise, diagonal=-1)
-    solve = _unit_lower_inverse(strictly_lower)
-    new_values = solve @ (value * beta.unsqueeze(-1))
-    decayed_keys = solve @ (key_beta * cumulative.exp().unsqueeze(-1))
-
-    delta = new_values - decayed_keys @ state  # [1, Hv, c, dv]
-    intra = (query @ key.transpose(-1, -2)) * pairwise
-    output = (query * cumulative.exp().unsqueeze(-1)) @ state + intra @ delta
-    last = cumulative[..., -1:]  # [1, Hv, 1]
-    key_to_end = key * (last - cumulative).exp().unsqueeze(-1)
-    new_state = state * last.exp().unsqueeze(-1) + key_to_end.transpose(-1, -2) @ delta
-    return output, new_state, delta
+    `unfold` keeps complete windows only, so appending c - 1 zeros gives exactly n windows, with no shape
+    arithmetic on the traced S.
+    """
+    zeros = torch.zeros(x.shape[:2] + (chunk_size - 1,) + x.shape[3:], dtype=x.dtype)
+    return torch.cat((x, zeros), dim=2).unfold(2, chunk_size, chunk_size).transpose(-1, -2)
 
 
 def chunk_gated_delta_rule(
@@ -72,10 +68,10 @@ def chunk_gated_delta_rule(
     beta: torch.Tensor,
     initial_state: torch.Tensor,
     *,
+    max_length: int,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
-    pad_to: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Runs the gated delta rule over S tokens in chunks of `chunk_size`.
+    """Runs the gated delta rule over S <= `max_length` tokens in chunks of `chunk_size`.
 
     The recurrence per token t is: state = exp(g_t) * state; delta_t = beta_t * (v_t - state^T k_t);
     state = state + k_t delta_t^T; output_t = state^T q_t.
@@ -87,30 +83,47 @@ def chunk_gated_delta_rule(
         log_decay: [1, Hv, S], g_t <= 0.
         beta: [1, Hv, S], in (0, 1).
         initial_state: [1, Hv, dk, dv], the state before the first token.
+        max_length: the most tokens S may be (a traced graph ignores the tokens after it).
         chunk_size: tokens per chunk (the matrix-power inverse needs ceil(log2(chunk_size)) factors).
-        pad_to: the most tokens S may be, for a graph whose S is dynamic (None: S is static).
 
     Returns:
         output [1, Hv, S, dv], final state [1, Hv, dk, dv], per-token corrections delta [1, Hv, S, dv].
     """
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size={chunk_size} must be >= 1")
+    if chunk_size < 1 or max_length < 1:
+        raise ValueError(f"chunk_size={chunk_size} and max_length={max_length} must be >= 1")
     length = query.shape[-2]  # traced: the slices below follow the real S of a dynamic graph
-    if pad_to is not None:
-        query, key, value, log_decay, beta = (_pad_tokens(x, pad_to) for x in (query, key, value, log_decay, beta))
-    state = initial_state
+    dim_k, dim_v = key.shape[-1], value.shape[-1]
+    packed = torch.cat((query, key, value, log_decay.unsqueeze(-1), beta.unsqueeze(-1)), dim=-1)
+    chunk_query, chunk_key, chunk_value, chunk_log_decay, chunk_beta = torch.split(
+        _chunks(packed, chunk_size), [dim_k, dim_k, dim_v, 1, 1], dim=-1)  # [1, Hv, n, c, *]
+
+    cumulative = chunk_log_decay.cumsum(dim=-2)  # [1, Hv, n, c, 1]
+    lower_with_diagonal = torch.tril(torch.ones(chunk_size, chunk_size, dtype=torch.bool))
+    pairwise = cumulative - cumulative.transpose(-1, -2)  # [1, Hv, n, c, c]: G_i - G_j
+    pairwise = torch.where(lower_with_diagonal, pairwise, torch.full_like(pairwise, -math.inf)).exp()
+    key_beta = chunk_key * chunk_beta
+    solve = _unit_lower_inverse(torch.tril((key_beta @ chunk_key.transpose(-1, -2)) * pairwise, diagonal=-1))
+    new_values = solve @ (chunk_value * chunk_beta)
+    decayed_keys = solve @ (key_beta * cumulative.exp())
+    decayed_queries = chunk_query * cumulative.exp()
+    intra = (chunk_query @ chunk_key.transpose(-1, -2)) * pairwise
+    last = cumulative[..., -1:, :]  # [1, Hv, n, 1, 1]
+    keys_to_end = (chunk_key * (last - cumulative).exp()).transpose(-1, -2)  # [1, Hv, n, dk, c]
+    chunk_decay = last.exp()
+
+    state = initial_state.unsqueeze(2)  # [1, Hv, 1, dk, dv]; empty on axis 2 once the chunks run out
     outputs, deltas = [], []
-    for start in range(0, pad_to or length, chunk_size):
-        piece = slice(start, start + chunk_size)
-        output, state, delta = _chunk(query[..., piece, :], key[..., piece, :], value[..., piece, :],
-                                      log_decay[..., piece], beta[..., piece], state)
-        outputs.append(output)
+    for index in range(math.ceil(max_length / chunk_size)):
+        piece, following = slice(index, index + 1), slice(index + 1, index + 2)  # empty when past chunk n - 1
+        delta = new_values[:, :, piece] - decayed_keys[:, :, piece] @ state
+        outputs.append(decayed_queries[:, :, piece] @ state + intra[:, :, piece] @ delta)
         deltas.append(delta)
-    return torch.cat(outputs, dim=-2)[..., :length, :], state, torch.cat(deltas, dim=-2)[..., :length, :]
+        gate = chunk_decay[:, :, following] * 0.0 + 1.0  # ones, empty when no chunk follows: skip the update
+        state = state * (chunk_decay[:, :, piece] * gate) + keys_to_end[:, :, piece] @ (delta * gate)
+    output = torch.cat(outputs, dim=2).flatten(2, 3)[:, :, :length]
+    delta = torch.cat(deltas, dim=2).flatten(2, 3)[:, :, :length]
 
-
-def _pad_tokens(x: torch.Tensor, length: int) -> torch.Tensor:
-    """x [1, Hv, S(, d)] zero-padded to `length` tokens on axis 2, for any S <= length (no shape arithmetic:
-    append `length` zeros, keep the first `length`)."""
-    zeros = torch.zeros(x.shape[:2] + (length,) + x.shape[3:], dtype=x.dtype)
-    return torch.cat((x, zeros), dim=2)[:, :, :length]
+    total = log_decay.sum(dim=-1, keepdim=True)  # [1, Hv, 1]
+    weighted_keys = key * (total - log_decay.cumsum(dim=-1)).exp().unsqueeze(-1)
+    final_state = initial_state * total.exp().unsqueeze(-1) + weighted_keys.transpose(-1, -2) @ delta
+    return output, final_state, delta

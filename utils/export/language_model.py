@@ -1,29 +1,39 @@
-"""MiniCPM-OCR's text model (Qwen3.5, hybrid Gated DeltaNet + gated attention) as OpenVINO IRs for speculative decoding.
+"""MiniCPM-OCR's text model (Qwen3.5: Gated DeltaNet + gated attention) as one OpenVINO IR for speculative decoding.
 
 The HF layers are re-run on their own weights by a wrapper with **explicit state inputs and outputs**, traced
-once per variant. A traced Python loop freezes the chunk loop of the gated delta rule, so each variant has a
-most tokens per call S; the past length is always dynamic, and the verify IR's S is dynamic up to its maximum
-(the gated delta rule pads to it inside the graph, which is exact: `utils.export.gated_delta`):
+once into **one IR whose token count S is dynamic**, 1 <= S <= `max_tokens` (the past length is dynamic
+too), so the runtime compiles one model and holds its weights once, whatever it calls it for:
 
-- `prefill`: S = `prefill_chunk`; logits of the last position only. The runtime left-pads the first chunk
-  of a prompt with zero embeddings and `attention_mask` 0, which is exact: masked positions are zeroed at
-  the input of every linear-attention layer (as HF does) and their keys are masked; their K/V are dropped.
-- `decode`: S = 1.
-- `verify`: S = 1 .. `verify_length` (anchor + drafts), so verifying fewer drafts costs less; logits of every
-  position, plus the **rollback terms**.
+- a prompt, in chunks of up to `prefill_chunk` tokens, with `num_logits` 1 on the last chunk (0 before);
+- one new token (S = 1, `num_logits` 1), when the target decodes alone;
+- a verification block, anchor + drafts (S <= `verify_length`, `num_logits` S), then the rollback terms
+  keep the state after any accepted prefix.
+
+A traced Python loop would freeze S; the gated delta rule is written so that it does not
+(`utils.export.gated_delta`: the chunk loop is unrolled up to `max_tokens` and the unused chunks are empty
+tensors). Why one IR: OpenVINO's CPU plugin keeps a private copy of the weights per compiled model (even for
+one `ov.Model` compiled twice), so the earlier layout of one IR per call kind (static prefill chunk, static
+single token, dynamic verification) held them three times. At real size with random weights (int8, f32 hint,
+1k context, 2 shared cores) the peak resident memory of compiling and calling them went from 5.6 to 2.7 GB
+(fp32: 15.7 to 6.9 GB); a verification of 16 tokens and a prompt chunk of 128 cost the same within noise
+(+0-5%), a single token about a third more (~52 -> ~70-77 ms), as every node of the graph now has a dynamic
+S. `benchmarks.language_model_latency` measures this IR.
 
 Inputs (`{i}` is the decoder layer index; every name is defined in `utils.contract`):
-    inputs_embeds [1, S, H] f32; position_ids [1, S] i64; attention_mask [1, S] i64 (1 = token, 0 = pad);
+    inputs_embeds [1, S, H] f32; position_ids [1, S] i64; attention_mask [1, S] i64 (1 = token, 0 = pad:
+    a pad is exact, as masked positions are zeroed at the input of every linear-attention layer, as HF does,
+    and their keys are masked; the runtime needs none, since S is dynamic); num_logits [] i64 (logits of the
+    last num_logits positions, 0 <= num_logits <= S);
     full attention: past_key.{i}, past_value.{i} [1, P, Hkv, D] (sequence-major, so a prefix of a
     preallocated buffer is one contiguous block); linear attention: past_conv_state.{i} [1, C, W-1],
     past_recurrent_state.{i} [1, Hv, dk, dv].
 Outputs:
-    logits [1, S or 1, V]; hidden_states [1, S, n*H] = outputs of the decoder layers `hidden_layer_ids`
+    logits [1, num_logits, V]; hidden_states [1, S, n*H] = outputs of the decoder layers `hidden_layer_ids`
     (HF `hidden_states[i + 1]`) concatenated in that order; present_key.{i}, present_value.{i}
     [1, S, Hkv, D] (the block's K/V only); present_conv_window.{i} [1, C, W-1+S] (conv state followed by
-    the block's conv inputs); present_recurrent_state.{i} [1, Hv, dk, dv] (after all S tokens).
-    verify only: rollback_key.{i} [1, S, Hv, dk], rollback_delta.{i} [1, S, Hv, dv],
-    rollback_log_decay.{i} [1, S, Hv] (cumulative log decay G_t = g_1 + ... + g_t).
+    the block's conv inputs); present_recurrent_state.{i} [1, Hv, dk, dv] (after all S tokens);
+    rollback_key.{i} [1, S, Hv, dk], rollback_delta.{i} [1, S, Hv, dv], rollback_log_decay.{i} [1, S, Hv]
+    (cumulative log decay G_t = g_1 + ... + g_t).
 
 Rollback to the first n tokens of a block, without re-running them:
     K/V: keep present_key/value[:, :n]. Conv state: present_conv_window[:, :, n : n + W - 1].
@@ -55,7 +65,7 @@ from torch import nn
 
 from utils.checkpoint.config import check_layer_ids
 from utils.contract import (ATTENTION_MASK, COMPRESSED_FORMATS, HIDDEN_STATES, HIDDEN_STATES_RT_INFO_KEY, INPUTS_EMBEDS,
-                            LOGITS, POSITION_IDS, WEIGHT_FORMATS, LanguageModelConfig, LanguageModelVariant,
+                            LANGUAGE_MODEL_NAME, LOGITS, NUM_LOGITS, POSITION_IDS, WEIGHT_FORMATS, LanguageModelConfig,
                             past_conv_state, past_key, past_recurrent_state, past_value, present_conv_window,
                             present_key, present_recurrent_state, present_value, rollback_delta, rollback_key,
                             rollback_log_decay)
@@ -63,26 +73,10 @@ from utils.export.gated_delta import DEFAULT_CHUNK_SIZE, chunk_gated_delta_rule
 
 __all__ = [
     "TextModelWithState",
-    "language_model_variants",
     "convert_language_model",
     "compress_weights",
     "export_language_model",
 ]
-
-
-def language_model_variants(*, prefill_chunk: int, verify_length: int, rollback_outputs: bool = True,
-                            dynamic_verify: bool = True) -> tuple[LanguageModelVariant, ...]:
-    """The three IRs the runtime needs: prefill chunks, one-token decode, and the verification block (by default
-    of any length up to `verify_length`, so that verifying fewer drafts costs less)."""
-    for field, value in (("prefill_chunk", prefill_chunk), ("verify_length", verify_length)):
-        if value < 1:
-            raise ValueError(f"{field}={value} must be >= 1")
-    return (
-        LanguageModelVariant("prefill", prefill_chunk, all_logits=False, rollback=False),
-        LanguageModelVariant("decode", 1, all_logits=True, rollback=False),
-        LanguageModelVariant("verify", verify_length, all_logits=True, rollback=rollback_outputs,
-                             dynamic=dynamic_verify),
-    )
 
 
 def _text_parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
@@ -148,10 +142,10 @@ class _GatedAttentionWithCache(nn.Module):
 class _GatedDeltaNetWithState(nn.Module):
     """Qwen3.5 Gated DeltaNet on HF weights, with conv and recurrent state in and out."""
 
-    def __init__(self, linear_attention: nn.Module, *, chunk_size: int, pad_to: int | None = None):
+    def __init__(self, linear_attention: nn.Module, *, max_tokens: int, chunk_size: int):
         super().__init__()
         self.linear = linear_attention
-        self.chunk_size, self.pad_to = chunk_size, pad_to
+        self.max_tokens, self.chunk_size = max_tokens, chunk_size
 
     def forward(self, hidden, token_mask, conv_state, recurrent_state):
         linear = self.linear
@@ -171,7 +165,7 @@ class _GatedDeltaNetWithState(nn.Module):
 
         output, new_state, delta = chunk_gated_delta_rule(
             query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), log_decay.transpose(1, 2),
-            beta.transpose(1, 2), recurrent_state, chunk_size=self.chunk_size, pad_to=self.pad_to)
+            beta.transpose(1, 2), recurrent_state, max_length=self.max_tokens, chunk_size=self.chunk_size)
         gate = linear.in_proj_z(hidden).reshape(-1, dim_v)
         output = linear.norm(output.transpose(1, 2).reshape(-1, dim_v), gate).reshape(1, -1, heads_v * dim_v)
         rollback = (key, delta.transpose(1, 2), log_decay.cumsum(dim=1))
@@ -184,14 +178,15 @@ class _GatedDeltaNetWithState(nn.Module):
 
 
 class TextModelWithState(nn.Module):
-    """The Qwen3.5 text model + lm_head with explicit state, for one variant's token count (one IR).
+    """The Qwen3.5 text model + lm_head with explicit state, for calls of 1 to `max_tokens` tokens (one IR).
 
-    forward(inputs_embeds, position_ids, attention_mask, *states) with states in layer order (full:
+    forward(inputs_embeds, position_ids, attention_mask, num_logits, *states) with states in layer order (full:
     past_key, past_value; linear: past_conv_state, past_recurrent_state) returns (logits, hidden_states,
-    *state outputs in layer order[, *every decoder layer's output when `annotate`]). Layout: module docstring.
+    *state and rollback outputs in layer order[, *every decoder layer's output when `annotate`]). Layout:
+    module docstring.
     """
 
-    def __init__(self, model: nn.Module, *, hidden_layer_ids: list[int], variant: LanguageModelVariant,
+    def __init__(self, model: nn.Module, *, hidden_layer_ids: list[int], max_tokens: int,
                  chunk_size: int = DEFAULT_CHUNK_SIZE, annotate: bool = False):
         super().__init__()
         language_model, self.lm_head = _text_parts(model)
@@ -204,12 +199,11 @@ class TextModelWithState(nn.Module):
         self.layer_types = list(self.config.layer_types)
         self.mixers = nn.ModuleList(
             _GatedAttentionWithCache(layer.self_attn, self.config) if kind == "full_attention"
-            else _GatedDeltaNetWithState(layer.linear_attn, chunk_size=chunk_size,
-                                         pad_to=variant.length if variant.dynamic else None)
+            else _GatedDeltaNetWithState(layer.linear_attn, max_tokens=max_tokens, chunk_size=chunk_size)
             for layer, kind in zip(self.layers, self.layer_types)
         )
         self.hidden_layer_ids = list(hidden_layer_ids)
-        self.variant = variant
+        self.max_tokens = max_tokens
         self.annotate = annotate
 
     def _rotary(self, position_ids):
@@ -227,7 +221,13 @@ class TextModelWithState(nn.Module):
         past = torch.zeros(block.shape[0], past_length_like.shape[1])  # [S, P]: traced sizes, both may be dynamic
         return torch.cat((past, block), dim=1)
 
-    def forward(self, inputs_embeds, position_ids, attention_mask, *states):
+    @staticmethod
+    def _last_positions(hidden, num_logits):
+        """hidden [1, S, H] -> [1, num_logits, H], the last positions (a dynamic count: no slicing by a tensor)."""
+        index = torch.cumsum(torch.ones_like(hidden[0, :, 0], dtype=torch.int64), dim=0)  # 1..S
+        return hidden[:, index > index[-1] - num_logits]
+
+    def forward(self, inputs_embeds, position_ids, attention_mask, num_logits, *states):
         cos, sin = self._rotary(position_ids)
         token_mask = attention_mask.to(inputs_embeds.dtype)
         mask_bias = None
@@ -243,13 +243,12 @@ class TextModelWithState(nn.Module):
                 state_outputs += [key, value]
             else:
                 mixed, conv_window, new_state, rollback = mixer(normed, token_mask, first_state, second_state)
-                state_outputs += [conv_window, new_state, *(rollback if self.variant.rollback else ())]
+                state_outputs += [conv_window, new_state, *rollback]
             hidden = hidden + mixed
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
             layer_outputs.append(hidden)
 
-        last = hidden if self.variant.all_logits else hidden[:, -1:]
-        logits = self.lm_head(self.norm(last))
+        logits = self.lm_head(self.norm(self._last_positions(hidden, num_logits)))
         selected = torch.cat([layer_outputs[i] for i in self.hidden_layer_ids], dim=-1)
         return (logits, selected, *state_outputs, *(layer_outputs if self.annotate else ()))
 
@@ -273,18 +272,16 @@ class TextModelWithState(nn.Module):
             if kind == "full_attention":
                 names += [present_key(index), present_value(index)]
             else:
-                names += [present_conv_window(index), present_recurrent_state(index)]
-                if self.variant.rollback:
-                    names += [rollback_key(index), rollback_delta(index), rollback_log_decay(index)]
+                names += [present_conv_window(index), present_recurrent_state(index),
+                          rollback_key(index), rollback_delta(index), rollback_log_decay(index)]
         return names
 
 
-def _example_inputs(wrapper: TextModelWithState, *, past_length: int) -> tuple[torch.Tensor, ...]:
-    length, hidden_size = wrapper.variant.length, wrapper.config.hidden_size
+def _example_inputs(wrapper: TextModelWithState, *, length: int, past_length: int) -> tuple[torch.Tensor, ...]:
     states = [torch.zeros([past_length if size == -1 else size for size in shape])
               for _, shape in wrapper.state_specs()]
-    return (torch.zeros(1, length, hidden_size), torch.arange(length)[None] + past_length,
-            torch.ones(1, length, dtype=torch.int64), *states)
+    return (torch.zeros(1, length, wrapper.config.hidden_size), torch.arange(length)[None] + past_length,
+            torch.ones(1, length, dtype=torch.int64), torch.tensor(length), *states)
 
 
 def _annotate_decoder_layers(ov_model, num_layers: int) -> dict:
@@ -300,13 +297,13 @@ def _annotate_decoder_layers(ov_model, num_layers: int) -> dict:
     return {"layers": layers}
 
 
-def convert_language_model(model: nn.Module, *, variant: LanguageModelVariant, hidden_layer_ids: list[int],
+def convert_language_model(model: nn.Module, *, max_tokens: int, hidden_layer_ids: list[int],
                            chunk_size: int = DEFAULT_CHUNK_SIZE):
-    """Converts the text model for one variant to an in-memory `ov.Model` with named ports and rt_info.
+    """Converts the text model to an in-memory `ov.Model` of dynamic S (1..max_tokens) with named ports and rt_info.
 
     Args:
         model: a loaded MiniCPMOcrForConditionalGeneration (or Qwen3.5 causal LM), eval mode.
-        variant: the static token count and outputs.
+        max_tokens: the most tokens one call may have.
         hidden_layer_ids: decoder layers whose outputs make `hidden_states`, in that order.
         chunk_size: tokens per chunk of the gated delta rule inside the graph.
 
@@ -315,21 +312,23 @@ def convert_language_model(model: nn.Module, *, variant: LanguageModelVariant, h
     """
     import openvino as ov
 
-    wrapper = TextModelWithState(model, hidden_layer_ids=hidden_layer_ids, variant=variant,
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens={max_tokens} must be >= 1")
+    wrapper = TextModelWithState(model, hidden_layer_ids=hidden_layer_ids, max_tokens=max_tokens,
                                  chunk_size=chunk_size, annotate=True).eval()
-    example = _example_inputs(wrapper, past_length=3)
-    length = -1 if variant.dynamic else variant.length
-    shapes = [[1, length, wrapper.config.hidden_size], [1, length], [1, length]]
+    example = _example_inputs(wrapper, length=max_tokens, past_length=3)
+    shapes = [[1, -1, wrapper.config.hidden_size], [1, -1], [1, -1], []]
     shapes += [shape for _, shape in wrapper.state_specs()]
+    types = [ov.Type.f32, ov.Type.i64, ov.Type.i64, ov.Type.i64] + [ov.Type.f32] * len(wrapper.state_specs())
     with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # static shapes are intended, dynamic S is traced
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # the sizes the trace sees stay dynamic in the IR
         warnings.simplefilter("ignore", FutureWarning)  # torch.jit.trace is what ov.convert_model uses
         ov_model = ov.convert_model(wrapper, example_input=example,
-                                    input=[(ov.PartialShape(shape), tensor_type) for shape, tensor_type in
-                                           zip(shapes, [ov.Type.f32, ov.Type.i64, ov.Type.i64]
-                                               + [ov.Type.f32] * len(wrapper.state_specs()))])
+                                    input=[(ov.PartialShape(shape), tensor_type)
+                                           for shape, tensor_type in zip(shapes, types)])
     annotation = _annotate_decoder_layers(ov_model, len(wrapper.layers))
-    input_names = [INPUTS_EMBEDS, POSITION_IDS, ATTENTION_MASK] + [name for name, _ in wrapper.state_specs()]
+    input_names = [INPUTS_EMBEDS, POSITION_IDS, ATTENTION_MASK, NUM_LOGITS]
+    input_names += [name for name, _ in wrapper.state_specs()]
     for port, name in zip(ov_model.inputs, input_names):
         port.get_tensor().set_names({name})
     for port, name in zip(ov_model.outputs, wrapper.output_names()):
@@ -360,25 +359,21 @@ def export_language_model(
     verify_length: int,
     prefill_chunk: int = 128,
     weight_format: str = "fp32",
-    rollback_outputs: bool = True,
-    dynamic_verify: bool = True,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> dict:
-    """Writes the prefill, decode and verify IRs and their `LanguageModelConfig` into `out_dir`.
+    """Writes the language-model IR (`LANGUAGE_MODEL_NAME`) and its `LanguageModelConfig` into `out_dir`.
 
-    `out_dir` must exist (the caller makes the folder atomic, e.g. with `utils.files.atomic_directory`).
+    The IR takes up to max(`verify_length`, `prefill_chunk`) tokens per call. `out_dir` must exist (the caller
+    makes the folder atomic, e.g. with `utils.files.atomic_directory`).
 
     Args:
         model: a loaded MiniCPMOcrForConditionalGeneration (or Qwen3.5 causal LM); sizes come from its config.
         out_dir: an existing folder.
         hidden_layer_ids: the draft's target layer ids (`DSparkConfig.from_folder(draft).target_layer_ids`).
-        verify_length: tokens of the verification IR: anchor + draft tokens (a DSpark draft: block_size + 1).
-        prefill_chunk: tokens per prefill call.
+        verify_length: the most tokens of a verification: anchor + draft tokens (a DSpark draft: block_size + 1).
+        prefill_chunk: the most tokens of a prefill call.
         weight_format: "fp32", "fp16" (compress_to_fp16 on save), "int8" or "int4" (`compress_weights`).
-        rollback_outputs: give the verify IR the rollback terms (without them only full acceptance works).
-        dynamic_verify: the verify IR takes any S up to `verify_length` (a shorter verification costs less);
-            False: exactly `verify_length`, shorter blocks right-padded.
-        chunk_size: tokens per chunk of the gated delta rule inside the graphs.
+        chunk_size: tokens per chunk of the gated delta rule inside the graph.
 
     Returns:
         The config as written (`LanguageModelConfig.to_json`), plus `export_seconds`.
@@ -393,16 +388,14 @@ def export_language_model(
     language_model, _ = _text_parts(model)
     config = language_model.config
     layer_ids = check_layer_ids(hidden_layer_ids, field="hidden_layer_ids", num_layers=config.num_hidden_layers)
-    variants = language_model_variants(prefill_chunk=prefill_chunk, verify_length=verify_length,
-                                       rollback_outputs=rollback_outputs, dynamic_verify=dynamic_verify)
-    start = time.perf_counter()
-    for variant in variants:
-        ov_model = compress_weights(convert_language_model(model, variant=variant, hidden_layer_ids=list(layer_ids),
-                                                    chunk_size=chunk_size), weight_format)
-        ov.save_model(ov_model, out_dir / variant.file, compress_to_fp16=weight_format == "fp16")
-        del ov_model
     description = LanguageModelConfig(weight_format=weight_format, hidden_size=config.hidden_size,
                                       vocab_size=config.vocab_size, hidden_layer_ids=layer_ids,
-                                      layer_types=tuple(config.layer_types), variants=variants)
+                                      layer_types=tuple(config.layer_types), verify_length=verify_length,
+                                      prefill_chunk=prefill_chunk)
+    start = time.perf_counter()
+    ov_model = convert_language_model(model, max_tokens=description.max_tokens, hidden_layer_ids=list(layer_ids),
+                                      chunk_size=chunk_size)
+    ov.save_model(compress_weights(ov_model, weight_format), out_dir / LANGUAGE_MODEL_NAME,
+                  compress_to_fp16=weight_format == "fp16")
     description.write(out_dir)
     return {**description.to_json(), "export_seconds": round(time.perf_counter() - start, 2)}

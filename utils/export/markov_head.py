@@ -2,19 +2,24 @@
 
 Why op by op and not traced from PyTorch: the walk's argmax must break ties towards the smallest draft id, as
 the reference does, and the Top-K and dense computations must share one IR behind a runtime switch. Both are
-explicit here: every argmax is "the smallest id among the maxima", and an `If` on `top_k > 0` picks the
-computation, so a call runs only one of them. The candidates come from an unstable TopK: a stable one costs
-240 ms instead of 3-4 ms on [15, 114688] logits at real size (benchmarks/engine_efficiency.py), and only an
-exact tie at the K-th place, which float logits practically never have, could make it pick other candidates
-than the reference.
+explicit here: every argmax is "the smallest id among the maxima", and `top_k` sizes the two computations so
+that the one not asked for runs on an empty tensor: the Top-K scorer on K = min(top_k, Vd) candidates (none
+when top_k is 0), the dense walk on n = 1 copy of the Markov embedding when top_k is 0, else none. So a call
+pays for one of them, and the graph has no `If`: each table is one Constant read by plain Gathers and MatMuls,
+stored once, and compressed tables stay compressed in memory (a table passed into `If` bodies reaches them as a
+Parameter, which the CPU plugin unpacks to f32 when it compiles an INT8 IR). The candidates come from an
+unstable TopK: a stable one costs 240 ms instead of 3-4 ms on [15, 114688] logits at real size
+(benchmarks/engine_efficiency.py), and only an exact tie at the K-th place, which float logits practically never
+have, could make it pick other candidates than the reference.
 
 The walk is unrolled over the B positions of a block (B is small and static: the block size): step k scores
-`U_k + W2 @ W1[prev]`, over the whole draft vocabulary (dense) or over the top-K entries of `U_k` only, takes
+`U_k + W2 @ W1[prev]` over the top-K entries of `U_k` (Top-K) or over the whole draft vocabulary (dense), takes
 the argmax and maps it to its target id, which becomes `prev` for step k + 1 (the anchor for step 0). The
 confidence head then reads `[h_k ; W1[prev_k]]` for every position at once.
 
 Shape symbols:
-    B: block size, Vd: draft vocabulary, V: input (target) vocabulary, r: Markov rank, H: hidden size.
+    B: block size, Vd: draft vocabulary, V: input (target) vocabulary, r: Markov rank, H: hidden size,
+    K: Top-K candidates (0 for the dense walk), n: dense rows (1 for the dense walk, else 0).
 """
 
 from __future__ import annotations
@@ -46,81 +51,79 @@ def _const(array: np.ndarray) -> ov.Node:
     return ops.constant(np.asarray(array, order="C"))
 
 
+def _table(array: np.ndarray, name: str) -> ov.Node:
+    """The one Constant of a table, named after the checkpoint tensor (weight reports and compression show it)."""
+    constant = _const(array)
+    constant.set_friendly_name(name)
+    return constant
+
+
 def _smallest_argmax(scores: ov.Node, ids: ov.Node, *, draft_vocab_size: int) -> ov.Node:
     """[n] scores, [n] draft ids -> [1] the smallest id among the largest scores."""
     is_max = ops.equal(scores, ops.reduce_max(scores, _const(np.int64(0)), keep_dims=True))
-    # above every id; not int64 max: the CPU plugin runs i64 as i32 inside `If` bodies, which breaks that sentinel
+    # above every id; not int64 max: the CPU plugin may run i64 as i32, which breaks that sentinel
     no_id = _const(np.array([draft_vocab_size], dtype=np.int64))
     return ops.reduce_min(ops.select(is_max, ids, no_id), _const(np.int64(0)), keep_dims=True)
 
 
 def _row(matrix: ov.Node, index: int) -> ov.Node:
-    """Row `index` of a 2-D node, as a 1-D node."""
+    """Row `index` of a node, one dimension less."""
     return ops.gather(matrix, _const(np.int64(index)), _const(np.int64(0)))
 
 
-def _markov_bias(w1: ov.Node, w2_rows: ov.Node, prev: ov.Node) -> ov.Node:
-    """[n, r] rows of W2, [1] previous target id -> [n] bias `W2 @ W1[prev]`."""
-    embedding = ops.gather(w1, prev, _const(np.int64(0)))  # [1, r]
-    return ops.squeeze(ops.matmul(w2_rows, embedding, transpose_a=False, transpose_b=True), _const(np.int64(1)))
+def _leading(node: ov.Node, length: ov.Node, *, axis: int) -> ov.Node:
+    """The first `length` ([1] i64) entries of `node` along `axis`."""
+    return ops.slice(node, _const(np.array([0])), length, _const(np.array([1])), _const(np.array([axis])))
 
 
-def _walk(anchor: ov.Node, weights: MarkovHeadWeights, block_size: int, choose) -> ov.Node:
-    """Unrolled walk: `choose(step, prev)` returns the [1] draft id of a step; returns [B] target ids."""
-    target_ids = _const(weights.target_ids.astype(np.int64))
+def _candidates(logits: ov.Node, top_k: ov.Node, markov_w2: ov.Node, *, draft_vocab_size: int
+                ) -> tuple[ov.Node, ov.Node, ov.Node]:
+    """Top-K entries of each row of the logits: values [B, K], draft ids [B, K] and their W2 rows [B, K, r].
+
+    K = min(top_k, Vd), 0 for the dense walk (TopK itself needs K >= 1: it computes one and keeps none).
+    """
+    k = ops.minimum(top_k, _const(np.int64(draft_vocab_size)))
+    top = ops.topk(logits, ops.maximum(k, _const(np.int64(1))), axis=1, mode="max", sort="value",
+                   index_element_type="i64", stable=False)
+    kept = ops.unsqueeze(k, _const(np.int64(0)))
+    values, ids = (_leading(top.output(index), kept, axis=1) for index in (0, 1))
+    return values, ids, ops.gather(markov_w2, ids, _const(np.int64(0)))
+
+
+def _walk(logits: ov.Node, anchor: ov.Node, top_k: ov.Node, tables: dict[str, ov.Node], *, block_size: int,
+          draft_vocab_size: int) -> ov.Node:
+    """Unrolled walk, Top-K scorer or dense by `top_k` (0: dense); returns the [B] target ids it chose."""
+    values, ids, w2_rows = _candidates(logits, top_k, tables["markov_w2"], draft_vocab_size=draft_vocab_size)
+    dense_rows = ops.convert(ops.equal(ops.unsqueeze(top_k, _const(np.int64(0))), _const(np.array([0]))), "i64")
+    dense_ids = _leading(_const(np.arange(draft_vocab_size, dtype=np.int64)),
+                         ops.multiply(dense_rows, _const(np.array([draft_vocab_size]))), axis=0)  # [n * Vd]
     prev, chosen = anchor, []
     for step in range(block_size):
-        draft_id = choose(step, prev)
-        prev = ops.gather(target_ids, draft_id, _const(np.int64(0)))
+        embedding = ops.gather(tables["markov_w1"], prev, _const(np.int64(0)))  # [1, r]
+        top_k_scores = ops.add(_row(values, step), ops.squeeze(
+            ops.matmul(_row(w2_rows, step), embedding, transpose_a=False, transpose_b=True), _const(np.int64(1))))
+        dense_bias = ops.matmul(_leading(embedding, dense_rows, axis=0), tables["markov_w2"],
+                                transpose_a=False, transpose_b=True)  # [n, Vd]
+        dense_scores = ops.reshape(ops.add(_row(logits, step), dense_bias), _const(np.array([-1])), False)
+        draft_id = _smallest_argmax(ops.concat([top_k_scores, dense_scores], 0),
+                                    ops.concat([_row(ids, step), dense_ids], 0), draft_vocab_size=draft_vocab_size)
+        prev = ops.gather(tables["target_ids"], draft_id, _const(np.int64(0)))
         chosen.append(prev)
     return ops.concat(chosen, 0)
 
 
-def _dense_body(weights: MarkovHeadWeights, *, block_size: int, draft_vocab_size: int) -> ov.Model:
-    logits = ops.parameter([block_size, draft_vocab_size], ov.Type.f32, name=LOGITS)
-    anchor = ops.parameter([1], ov.Type.i64, name=ANCHOR_TOKEN_ID)
-    w1, w2 = _const(weights.markov_w1), _const(weights.markov_w2)
-    all_ids = _const(np.arange(draft_vocab_size, dtype=np.int64))
-
-    def choose(step, prev):
-        scores = ops.add(_row(logits, step), _markov_bias(w1, w2, prev))
-        return _smallest_argmax(scores, all_ids, draft_vocab_size=draft_vocab_size)
-
-    walked = _walk(anchor, weights, block_size, choose)
-    return ov.Model([ops.result(walked)], [logits, anchor], "dense_walk")
-
-
-def _top_k_body(weights: MarkovHeadWeights, *, block_size: int, draft_vocab_size: int) -> ov.Model:
-    logits = ops.parameter([block_size, draft_vocab_size], ov.Type.f32, name=LOGITS)
-    anchor = ops.parameter([1], ov.Type.i64, name=ANCHOR_TOKEN_ID)
-    top_k = ops.parameter([], ov.Type.i64, name=TOP_K)
-    k = ops.minimum(top_k, _const(np.int64(draft_vocab_size)))
-    candidates = ops.topk(logits, k, axis=1, mode="max", sort="value", index_element_type="i64", stable=False)
-    values, ids = candidates.output(0), candidates.output(1)  # [B, K] each
-    w1 = _const(weights.markov_w1)
-    w2_rows = ops.gather(_const(weights.markov_w2), ids, _const(np.int64(0)))  # [B, K, r]
-
-    def choose(step, prev):
-        step_ids = _row(ids, step)
-        scores = ops.add(_row(values, step), _markov_bias(w1, _row(w2_rows, step), prev))
-        return _smallest_argmax(scores, step_ids, draft_vocab_size=draft_vocab_size)
-
-    walked = _walk(anchor, weights, block_size, choose)
-    return ov.Model([ops.result(walked)], [logits, anchor, top_k], "top_k_walk")
-
-
-def _confidences(hidden: ov.Node, previous: ov.Node, weights: MarkovHeadWeights) -> ov.Node:
+def _confidences(hidden: ov.Node, previous: ov.Node, markov_w1: ov.Node, weights: MarkovHeadWeights) -> ov.Node:
     """[B, H] hidden, [B] previous target ids -> [B] sigmoid of the confidence head."""
     features = hidden
     if weights.confidence_with_markov:
-        features = ops.concat([hidden, ops.gather(_const(weights.markov_w1), previous, _const(np.int64(0)))], 1)
+        features = ops.concat([hidden, ops.gather(markov_w1, previous, _const(np.int64(0)))], 1)
     logit = ops.add(ops.matmul(features, _const(weights.confidence_weight), transpose_a=False, transpose_b=True),
                     _const(weights.confidence_bias))
     return ops.squeeze(ops.sigmoid(logit), _const(np.int64(1)))
 
 
 def build_markov_head(weights: MarkovHeadWeights, *, block_size: int, hidden_size: int) -> ov.Model:
-    """The Markov head IR: both walks behind `If(top_k > 0)`, then the confidence head.
+    """The Markov head IR: the walk (Top-K scorer if `top_k` > 0, else dense), then the confidence head.
 
     Inputs: logits [B, Vd] f32; anchor_token_id [1] i64; top_k [] i64 (0: dense walk; else K, capped at Vd);
     last_hidden_state [B, H] f32 (only with a confidence head).
@@ -138,15 +141,9 @@ def build_markov_head(weights: MarkovHeadWeights, *, block_size: int, hidden_siz
     logits = ops.parameter([block_size, draft_vocab_size], ov.Type.f32, name=LOGITS)
     anchor = ops.parameter([1], ov.Type.i64, name=ANCHOR_TOKEN_ID)
     top_k = ops.parameter([], ov.Type.i64, name=TOP_K)
-    sizes = {"block_size": block_size, "draft_vocab_size": draft_vocab_size}
-    top_k_body, dense_body = _top_k_body(weights, **sizes), _dense_body(weights, **sizes)
-    choice = ops.if_op(ops.greater(top_k, _const(np.int64(0))).output(0))
-    choice.set_then_body(top_k_body)
-    choice.set_else_body(dense_body)
-    choice.set_input(logits.output(0), top_k_body.parameters[0], dense_body.parameters[0])
-    choice.set_input(anchor.output(0), top_k_body.parameters[1], dense_body.parameters[1])
-    choice.set_input(top_k.output(0), top_k_body.parameters[2], None)
-    walked = choice.set_output(top_k_body.results[0], dense_body.results[0])
+    tables = {"markov_w1": _table(weights.markov_w1, "markov_w1"), "markov_w2": _table(weights.markov_w2, "markov_w2"),
+              "target_ids": _table(weights.target_ids.astype(np.int64), "target_ids")}
+    walked = _walk(logits, anchor, top_k, tables, block_size=block_size, draft_vocab_size=draft_vocab_size)
     token_ids = ops.result(walked)
     token_ids.output(0).get_tensor().set_names({TOKEN_IDS})
     results, parameters = [token_ids], [logits, anchor, top_k]
@@ -154,7 +151,7 @@ def build_markov_head(weights: MarkovHeadWeights, *, block_size: int, hidden_siz
         hidden = ops.parameter([block_size, hidden_size], ov.Type.f32, name=LAST_HIDDEN_STATE)
         previous = ops.concat([anchor, ops.slice(walked, _const(np.array([0])), _const(np.array([block_size - 1])),
                                                  _const(np.array([1])))], 0)
-        confidences = ops.result(_confidences(hidden, previous, weights))
+        confidences = ops.result(_confidences(hidden, previous, tables["markov_w1"], weights))
         confidences.output(0).get_tensor().set_names({CONFIDENCES})
         results.append(confidences)
         parameters.append(hidden)

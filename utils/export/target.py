@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from utils.contract import COMPRESSED_FORMATS, TARGET_MANIFEST, WEIGHT_FORMATS
-from utils.export.compression import compress_folder
+from utils.contract import TARGET_MANIFEST, TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME, WEIGHT_FORMATS
+from utils.export.compression import save_ir
+from utils.export.source_checks import check_text_config
 from utils.files import atomic_directory
 
 __all__ = ["export_target"]
@@ -39,6 +39,7 @@ def _check_source(source: Path) -> dict:
     config = json.loads(path.read_text())
     if config.get("model_type") != "minicpm_ocr":
         raise ValueError(f"{path}: model_type={config.get('model_type')!r}, expected 'minicpm_ocr'")
+    check_text_config(config, source=path)
     return config
 
 
@@ -70,9 +71,9 @@ def export_target(source: Path | str, out: Path | str, *, draft: Path | str | No
         hidden_layer_ids: target layers whose outputs the language model returns (default: the draft's).
         verify_length: tokens per verification (default: the draft's block_size + 1, else 16).
         prefill_chunk: tokens per prefill call.
-        weight_format: `fp32`, `fp16`, `int8` or `int4`: the compressed formats export fp32 into a temporary
-            folder beside `out`, then `utils.export.compression.compress_folder` compresses it (INT4 for the
-            language models with the lm_head in INT8; INT8 for everything else).
+        weight_format: `fp32`, `fp16`, `int8` or `int4`: NNCF compresses each IR in memory before it is saved
+            (INT4 for the language models with the lm_head in INT8; INT8 for everything else:
+            `utils.export.compression`), so no fp32 copy is written.
         overwrite: replace an existing `out`.
 
     Returns:
@@ -83,7 +84,7 @@ def export_target(source: Path | str, out: Path | str, *, draft: Path | str | No
 
     from utils.export.language_model import export_language_model
     from utils.export.tokenizer import export_tokenizer
-    from utils.export.vision import export_text_embeddings, export_vision_embeddings
+    from utils.export.vision import convert_text_embeddings, convert_vision_embeddings
 
     source, out = Path(source), Path(out)
     if weight_format not in WEIGHT_FORMATS:
@@ -91,24 +92,18 @@ def export_target(source: Path | str, out: Path | str, *, draft: Path | str | No
     _check_source(source)
     if out.exists() and not overwrite:  # fail before minutes of conversion, not after them
         raise FileExistsError(f"{out} already exists; pass overwrite=True to replace it")
-    if weight_format in COMPRESSED_FORMATS:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f".{out.name}.fp32-", dir=out.parent) as scratch:
-            uncompressed = export_target(source, Path(scratch) / "fp32", draft=draft,
-                                         hidden_layer_ids=hidden_layer_ids, verify_length=verify_length,
-                                         prefill_chunk=prefill_chunk)
-            return compress_folder(uncompressed, out, weight_format=weight_format, overwrite=overwrite)
     layer_ids, verify_length = _layer_ids_and_verify_length(source, draft and Path(draft), hidden_layer_ids,
                                                            verify_length)
     start = time.perf_counter()
     model = AutoModelForImageTextToText.from_pretrained(source, dtype="float32").eval()
-    half_embeddings = weight_format == "fp16"
     steps = [
         ("language model", lambda folder: export_language_model(
             model, folder, hidden_layer_ids=layer_ids, verify_length=verify_length, prefill_chunk=prefill_chunk,
             weight_format=weight_format)),
-        ("vision", lambda folder: export_vision_embeddings(model, folder, compress_to_fp16=half_embeddings)),
-        ("embeddings", lambda folder: export_text_embeddings(model, folder, compress_to_fp16=half_embeddings)),
+        ("vision", lambda folder: save_ir(convert_vision_embeddings(model), folder / VISION_EMBEDDINGS_NAME,
+                                          weight_format=weight_format)),
+        ("embeddings", lambda folder: save_ir(convert_text_embeddings(model), folder / TEXT_EMBEDDINGS_NAME,
+                                              weight_format=weight_format)),
         ("tokenizer", lambda folder: export_tokenizer(source, folder)),
     ]
     with atomic_directory(out, overwrite=overwrite) as staging:

@@ -31,8 +31,8 @@ import torch
 from utils.contract import (DOWNSAMPLE_MODE_RT_INFO_KEY, IMAGE_FEATURES, INPUT_IDS, INPUTS_EMBEDS, PIXEL_VALUES,
                             TARGET_SIZES, TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME)
 
-__all__ = ["VisionEmbeddingsWrapper", "convert_vision_embeddings", "convert_text_embeddings", "export_vision_embeddings",
-           "export_text_embeddings"]
+__all__ = ["VisionEmbeddingsWrapper", "convert_vision_embeddings", "convert_text_embeddings",
+           "export_vision_embeddings", "export_text_embeddings"]
 
 
 def _merge_windows(features: torch.Tensor, height: torch.Tensor, width: torch.Tensor,

@@ -116,7 +116,7 @@ class SpeculativeOcrPipeline:
                 raise ValueError("pass either draft or proposer, not both")
             self._attach_draft(Path(draft), compile_properties(self.device, precision=draft_precision,
                                                                cache_dir=cache_dir))
-        self.decoder(None)  # checks the block size against the verify IR now, not at the first page
+        self.decoder(None)  # checks the block size against the language model now, not at the first page
 
     def _check_context_fits(self, config) -> None:
         """Refuses, at load, image settings whose largest page would not fit the language model's context."""
