@@ -2,7 +2,8 @@
 
     python -m utils.ocr IMAGE [--target DIR] [--draft DIR|none] [--prompt TEXT] [--max-new-tokens N]
                               [--num-assistant-tokens K] [--markov-head-top-k K] [--confidence-threshold P]
-                              [--device D] [--precision f32|default] [--draft-precision f32|default] [--json]
+                              [--device D] [--precision f32|default] [--draft-precision f32|default]
+                              [--chat-template-kwargs JSON] [--json]
 
 With no --target it exports the shipped tiny pair into the suite's model cache once (`models/` at the
 repository root, or $DSPARK_OCR_MODELS) and reuses it afterwards. `--precision f32` makes the output equal
@@ -21,6 +22,17 @@ from utils.engine.device import PRECISIONS
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
 __all__ = ["main"]
+
+
+def _json_object(text: str) -> dict:
+    """An argparse type: a JSON object, or an error naming what was wrong."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({error}): {text!r}") from error
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {type(value).__name__}: {text!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--draft-precision", choices=PRECISIONS, default="default",
                         help="the draft's precision, independent of the target's (never changes the output): default: "
                              "the device's own, faster; f32: acceptance as on every machine")
+    parser.add_argument("--chat-template-kwargs", type=_json_object, default=None,
+                        help="chat-template arguments as a JSON object, e.g. '{\"enable_thinking\": true}' "
+                             "(default: non-thinking mode when the template has the switch, as the serving recipe)")
     parser.add_argument("--json", action="store_true", help="print the text and metrics as one JSON object")
     return parser
 
@@ -63,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         target, draft = _model_folders(args)
         pipeline = SpeculativeOcrPipeline(target, draft, device=args.device, precision=args.precision,
-                                          draft_precision=args.draft_precision)
+                                          draft_precision=args.draft_precision,
+                                          chat_template_kwargs=args.chat_template_kwargs)
         streamer = None if args.json else (lambda text: print(text, end="", flush=True))
         result = pipeline.generate(args.image, args.prompt, max_new_tokens=args.max_new_tokens,
                                    num_assistant_tokens=args.num_assistant_tokens,

@@ -1,0 +1,274 @@
+"""The real checkpoints' file layout, on the tiny pair rewritten as they publish it (`utils.tiny.published`).
+
+Each test names the published detail it guards: top-level eos, the thinking switch, `extra_special_tokens` as a
+dict, bf16 tensors, draft fields split between the top level and `dflash_config`, tensors real loaders skip,
+adaptive upsizing and 16x merging. End to end: export, `python -m utils.ocr` at f32 (speculative = target only)
+and the helpers the notebooks call.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from utils.evaluation.pages import sample_pages
+from utils.tiny.published import PUBLISHED_CHAT_TEMPLATE, write_published_layout
+
+PAGES = sample_pages()
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """The shipped tiny pair in the published layout."""
+    return write_published_layout(tmp_path_factory.mktemp("published") / "pair")
+
+
+@pytest.fixture(scope="module")
+def published_ir(published, tmp_path_factory):
+    """The published-layout pair exported to fp32 IR: (target folder, draft folder)."""
+    from utils.export.draft import export_draft
+    from utils.export.target import export_target
+
+    root = tmp_path_factory.mktemp("published-ir")
+    draft = export_draft(published.draft, root / "draft")
+    return export_target(published.target, root / "target", draft=published.draft, prefill_chunk=32), draft
+
+
+def _safetensors_dtypes(path) -> set[str]:
+    header_size = int.from_bytes(path.read_bytes()[:8], "little")
+    header = json.loads(path.read_bytes()[8:8 + header_size])
+    return {info["dtype"] for name, info in header.items() if name != "__metadata__"}
+
+
+def test_files_follow_the_published_layout(published):
+    target = json.loads((published.target / "config.json").read_text())
+    assert "eos_token_id" in target and "eos_token_id" not in target["text_config"]
+    assert "eos_token_id" not in json.loads((published.target / "generation_config.json").read_text())
+    assert target["text_config"]["vocab_size"] > len(json.loads((published.target / "tokenizer.json").read_text())
+                                                     ["model"]["vocab"])  # padded vocabulary
+    tokenizer_config = json.loads((published.target / "tokenizer_config.json").read_text())
+    assert "image_token" not in tokenizer_config and "image_token" in tokenizer_config["extra_special_tokens"]
+    processor = json.loads((published.target / "processor_config.json").read_text())["image_processor"]
+    assert (processor["small_image_upsize"], processor["downsample_mode"]) == ("adaptive", "16x")
+    draft = json.loads((published.draft / "config.json").read_text())
+    assert "block_size" in draft and "block_size" not in draft["dflash_config"]
+    assert "markov_rank" not in draft and "markov_rank" in draft["dflash_config"]
+    assert draft["target_layer_ids"] == draft["dflash_config"]["target_layer_ids"]
+    assert not {"enable_confidence_head", "confidence_head_with_markov"} & (set(draft) | set(draft["dflash_config"]))
+    assert draft["vocab_size"] < target["text_config"]["vocab_size"]
+    assert "BF16" in _safetensors_dtypes(published.draft / "model.safetensors")
+    assert _safetensors_dtypes(published.target / "model.safetensors") == {"BF16"}
+
+
+def test_the_prompt_is_rendered_in_non_thinking_mode_unless_asked(published):
+    from utils.pipeline.preprocessing import ChatPromptBuilder
+
+    placeholder = "<image>" + "<|image_pad|>" * 2 + "</image>"
+    prompt = ChatPromptBuilder.from_pretrained(published.target)([placeholder], prompt="Text Recognition:")
+    assert prompt == ("<|im_start|>user\n<image_id>0</image_id>" + placeholder + "Text Recognition:<|im_end|>\n"
+                      "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    thinking = ChatPromptBuilder.from_pretrained(published.target, template_kwargs={"enable_thinking": True})
+    assert thinking([placeholder]).endswith("<|im_start|>assistant\n<think>\n")
+
+
+def test_the_stop_set_holds_the_top_level_eos_and_the_end_of_turn(published):
+    from utils.pipeline.speculative_ocr import stop_token_ids
+
+    added = {token["content"]: token["id"]
+             for token in json.loads((published.target / "tokenizer.json").read_text())["added_tokens"]}
+    assert stop_token_ids(published.target) == (added["<|endoftext|>"], added["<|im_end|>"])
+
+
+def test_the_draft_loads_with_its_skipped_tensors_and_inferred_flags(published):
+    from utils.checkpoint.draft import load_draft_checkpoint
+    from utils.tiny import default_pair
+
+    loaded, shipped = load_draft_checkpoint(published.draft), load_draft_checkpoint(default_pair().draft)
+    assert loaded.config.defaulted == {"enable_confidence_head", "confidence_head_with_markov"}
+    assert loaded.config.enable_confidence_head and loaded.config.confidence_head_with_markov
+    assert not {"t2d", "mask_embedding"} & set(loaded.tensors)
+    assert np.array_equal(loaded.target_ids, shipped.target_ids)
+    for name, array in shipped.tensors.items():  # bf16 read back as float32: the shipped values, rounded
+        np.testing.assert_allclose(loaded.tensors[name], array, rtol=2 ** -8, atol=0, err_msg=name)
+
+
+def test_the_export_records_the_published_settings(published_ir):
+    target, draft = published_ir
+    processor = json.loads((target / "processor_config.json").read_text())["image_processor"]
+    assert (processor["small_image_upsize"], processor["downsample_mode"]) == ("adaptive", "16x")
+    assert (target / "chat_template.jinja").read_text() == PUBLISHED_CHAT_TEMPLATE  # kept, switch and all
+    assert (draft / "local-to-target.json").is_file()
+
+
+@pytest.mark.parametrize("page", [0, 3, 8])
+def test_command_line_at_f32_reads_the_published_pair_as_target_only(published_ir, tmp_path, capsys, page):
+    from utils.ocr import main
+
+    image = tmp_path / "page.png"
+    PAGES[page].image.save(image)
+    common = [str(image), "--target", str(published_ir[0]), "--max-new-tokens", "48", "--json", "--device", "CPU",
+              "--precision", "f32"]
+    printed = []
+    for draft in (str(published_ir[1]), "none"):
+        assert main(common + ["--draft", draft]) == 0
+        printed.append(json.loads(capsys.readouterr().out))
+    speculative, alone = printed
+    assert speculative["tokens"] == alone["tokens"] and speculative["text"] == alone["text"]
+
+
+@pytest.mark.parametrize("page", [3, 5])
+def test_the_pipeline_reads_the_published_pair_as_transformers_does(published, published_ir, page):
+    """Same prompt ids (non-thinking mode, adaptive upsizing, 16x merging, image ids), same prompt embeddings, same
+    greedy tokens up to the stop set (transformers' `generate` does not stop at `<|im_end|>`: the published
+    generation config names no eos, which is why the suite adds the end of turn to the stop set).
+
+    The tiny target was trained in 4x mode without a think block, so in the published settings it answers with a
+    few tokens: what this checks is the reading of the files, not the answer.
+    """
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
+
+    processor = AutoProcessor.from_pretrained(published.target)
+    model = AutoModelForImageTextToText.from_pretrained(published.target, dtype=torch.float32).eval()
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Text Recognition:"}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, enable_thinking=False)
+    inputs = processor(images=[PAGES[page].image], text=[text], return_tensors="pt")
+    pipeline = SpeculativeOcrPipeline(published_ir[0], published_ir[1], device="CPU", precision="f32")
+    ours = pipeline.build_prompt([pipeline.preprocess(PAGES[page].image).placeholder], prompt="Text Recognition:")
+    ids = np.asarray(pipeline.tokenizer.encode(ours, add_special_tokens=False).input_ids.data)[0]
+    assert ids.tolist() == inputs["input_ids"][0].tolist()
+    with torch.no_grad():
+        features = torch.cat(model.model.get_image_features(inputs["pixel_values"], inputs["target_sizes"]).pooler_output)
+    embeds = model.get_input_embeddings()(inputs["input_ids"])[0].detach().numpy()
+    embeds[ids == pipeline.image_token_id] = features.numpy()
+    # pixels may differ by one uint8 level on ~1% of values (PIL vs torchvision bicubic: tests/test_preprocessing.py),
+    # which moves image features by up to ~2e-4 (measured 1.5e-4); text embeddings are looked up exactly
+    np.testing.assert_allclose(pipeline.prompt_embeddings(PAGES[page].image), embeds, atol=1e-3, rtol=0)
+    expected = model.generate(**inputs, max_new_tokens=24, do_sample=False)[0, ids.size:].tolist()
+    result = pipeline.generate(PAGES[page].image, max_new_tokens=24)
+    assert result.tokens == expected[:len(result.tokens)] and result.tokens[-1] in pipeline.eos_token_ids
+
+
+def test_chat_template_arguments_pass_through_the_command_line(published_ir, tmp_path, capsys, monkeypatch):
+    import utils.pipeline.speculative_ocr as speculative_ocr
+    from utils.ocr import main
+
+    built = []
+
+    class Recorded(speculative_ocr.SpeculativeOcrPipeline):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(speculative_ocr, "SpeculativeOcrPipeline", Recorded)
+    image = tmp_path / "page.png"
+    PAGES[0].image.save(image)
+    common = [str(image), "--target", str(published_ir[0]), "--draft", "none", "--max-new-tokens", "2", "--json",
+              "--device", "CPU"]
+    assert main(common + ["--chat-template-kwargs", '{"enable_thinking": true}']) == 0
+    assert main(common) == 0
+    thinking, plain = (pipeline.build_prompt([]) for pipeline in built)
+    assert thinking.endswith("assistant\n<think>\n") and plain.endswith("assistant\n<think>\n\n</think>\n\n")
+    with pytest.raises(SystemExit):  # argparse: not a JSON object
+        main(common + ["--chat-template-kwargs", "[1]"])
+    assert "must be a JSON object" in capsys.readouterr().err
+
+
+def test_the_notebooks_helpers_run_on_the_published_pair(published, published_ir, tmp_path):
+    from utils.evaluation.benchmark import BenchConfig, run_benchmark
+    from utils.evaluation.compression_report import compression_report
+    from utils.export.compression import compress_folder
+
+    target, draft = published_ir
+    int8 = {"target": compress_folder(target, tmp_path / "target-int8", weight_format="int8"),
+            "draft": compress_folder(draft, tmp_path / "draft-int8", weight_format="int8")}
+    report = compression_report({"fp32": target, "int8": int8["target"]}, {"fp32": draft, "int8": int8["draft"]},
+                                PAGES[:1], max_new_tokens=16)
+    assert sum(row["int8"] for row in report.sizes) < sum(row["fp32"] for row in report.sizes)
+    results = run_benchmark(target, [BenchConfig(None), BenchConfig(draft)], PAGES[:2], max_new_tokens=24,
+                            device="CPU", precision="f32", progress=False)
+    assert results["output_mismatches"] == []
+
+
+def _set(path: list, value):
+    """A mutation of a parsed JSON file: sets the field at `path` (keys and list indices) to `value`."""
+    def mutate(data):
+        for key in path[:-1]:
+            data = data[key]
+        data[path[-1]] = value
+    return mutate
+
+
+def _preprocessor(pair, out):
+    from utils.pipeline.preprocessing import ImagePreprocessor
+
+    return ImagePreprocessor.from_pretrained(pair.target)
+
+
+def _draft(pair, out):
+    from utils.checkpoint.draft import load_draft_checkpoint
+
+    return load_draft_checkpoint(pair.draft)
+
+
+def _export_target(pair, out):
+    from utils.export.target import export_target
+
+    return export_target(pair.target, out, draft=pair.draft)
+
+
+def _prompt(pair, out):
+    from utils.pipeline.preprocessing import ChatPromptBuilder
+
+    return ChatPromptBuilder.from_pretrained(pair.target)
+
+
+UNSUPPORTED = [  # (file, mutation, the loader that must refuse it, what the one line must name)
+    ("target/processor_config.json", _set(["image_processor", "downsample_mode"], "64x"), _preprocessor,
+     ["processor_config.json", "downsample_mode", "'64x'", "'4x'", "'16x'"]),
+    ("target/processor_config.json", _set(["image_processor", "small_image_upsize"], "sometimes"), _preprocessor,
+     ["processor_config.json", "small_image_upsize", "'sometimes'", "adaptive"]),
+    ("target/config.json", _set(["text_config", "layer_types", 0], "mamba"), _export_target,
+     ["config.json", "text_config.layer_types", "'mamba'", "linear_attention"]),
+    ("target/config.json", _set(["text_config", "rope_parameters", "rope_type"], "dynamic"), _export_target,
+     ["config.json", "rope_type='dynamic'", "default"]),
+    ("target/config.json", _set(["model_type"], "qwen3_5"), _export_target, ["config.json", "model_type='qwen3_5'",
+                                                                            "'minicpm_ocr'"]),
+    ("target/tokenizer_config.json", _set(["extra_special_tokens", "image_token"], None), _prompt,
+     ["tokenizer_config.json", "'image_token'", "missing"]),
+    ("draft/config.json", _set(["dflash_config", "markov_head_type"], "gated"), _draft,
+     ["config.json", "markov_head_type='gated'", "'vanilla'"]),
+    ("draft/config.json", _set(["block_size"], 0), _draft, ["config.json", "block_size=0", ">= 1"]),
+    ("draft/local-to-target.json", lambda data: None, _draft, []),  # replaced below by an unknown JSON shape
+]
+
+
+@pytest.mark.parametrize("relative, mutate, load, named", UNSUPPORTED,
+                         ids=[f"{case[0]}-{index}" for index, case in enumerate(UNSUPPORTED)])
+def test_a_value_the_code_cannot_handle_fails_at_load_in_one_line(published, tmp_path, relative, mutate, load, named):
+    import shutil
+
+    from utils.tiny import TinyPair
+
+    pair = TinyPair(tmp_path / "pair", published.config)
+    shutil.copytree(published.root, pair.root)
+    path = pair.root / relative
+    if path.name == "local-to-target.json":
+        path.write_text(json.dumps({"vocabulary": {"draft": [1, 2]}}))
+        named = ["local-to-target.json", "expected a list of target ids"]
+    else:
+        data = json.loads(path.read_text())
+        mutate(data)
+        path.write_text(json.dumps(data))
+    out = tmp_path / "export"
+    with pytest.raises(ValueError) as raised:
+        load(pair, out)
+    message = str(raised.value)
+    assert "\n" not in message, message
+    for fragment in named:
+        assert fragment in message, (fragment, message)
+    assert not out.exists()  # nothing half-written
