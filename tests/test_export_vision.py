@@ -33,12 +33,13 @@ def model(tiny_pair):
 
 @pytest.fixture(scope="module")
 def export_folder(model, tiny_pair, tmp_path_factory):
+    from utils.export.compression import save_ir
     from utils.export.tokenizer import export_tokenizer
-    from utils.export.vision import export_text_embeddings, export_vision_embeddings
+    from utils.export.vision import convert_text_embeddings, convert_vision_embeddings
 
     folder = tmp_path_factory.mktemp("export")
-    export_vision_embeddings(model, folder)
-    export_text_embeddings(model, folder)
+    save_ir(convert_vision_embeddings(model), folder / VISION_EMBEDDINGS_NAME, weight_format="fp32")
+    save_ir(convert_text_embeddings(model), folder / TEXT_EMBEDDINGS_NAME, weight_format="fp32")
     export_tokenizer(tiny_pair.target, folder)
     return folder
 
@@ -60,10 +61,11 @@ def model_16x(tiny_pair):
 
 @pytest.fixture(scope="module")
 def export_folder_16x(model_16x, tmp_path_factory):
-    from utils.export.vision import export_vision_embeddings
+    from utils.export.compression import save_ir
+    from utils.export.vision import convert_vision_embeddings
 
     folder = tmp_path_factory.mktemp("export-16x")
-    export_vision_embeddings(model_16x, folder)
+    save_ir(convert_vision_embeddings(model_16x), folder / VISION_EMBEDDINGS_NAME, weight_format="fp32")
     return folder
 
 
@@ -190,9 +192,10 @@ def test_vision_ir_shapes_are_dynamic(export_folder):
 
 
 def test_fp16_weights_stay_close(model, tiny_pair, tmp_path):
-    from utils.export.vision import export_vision_embeddings
+    from utils.export.compression import save_ir
+    from utils.export.vision import convert_vision_embeddings
 
-    export_vision_embeddings(model, tmp_path, compress_to_fp16=True)
+    save_ir(convert_vision_embeddings(model), tmp_path / VISION_EMBEDDINGS_NAME, weight_format="fp16")
     inputs = ImagePreprocessor.from_pretrained(tiny_pair.target)(_image(300, 300))
     features = VisionEncoder(tmp_path, "CPU", properties=F32_PROPERTIES)(inputs.pixel_values, inputs.target_sizes)
     expected = _reference_features(model, inputs.pixel_values, inputs.target_sizes)

@@ -64,17 +64,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.checkpoint.config import check_layer_ids
-from utils.contract import (ATTENTION_MASK, COMPRESSED_FORMATS, HIDDEN_STATES, HIDDEN_STATES_RT_INFO_KEY, INPUTS_EMBEDS,
+from utils.contract import (ATTENTION_MASK, HIDDEN_STATES, HIDDEN_STATES_RT_INFO_KEY, INPUTS_EMBEDS,
                             LANGUAGE_MODEL_NAME, LOGITS, NUM_LOGITS, POSITION_IDS, WEIGHT_FORMATS, LanguageModelConfig,
                             past_conv_state, past_key, past_recurrent_state, past_value, present_conv_window,
                             present_key, present_recurrent_state, present_value, rollback_delta, rollback_key,
                             rollback_log_decay)
+from utils.export.compression import save_ir
 from utils.export.gated_delta import DEFAULT_CHUNK_SIZE, chunk_gated_delta_rule
 
 __all__ = [
     "TextModelWithState",
     "convert_language_model",
-    "compress_weights",
     "export_language_model",
 ]
 
@@ -337,20 +337,6 @@ def convert_language_model(model: nn.Module, *, max_tokens: int, hidden_layer_id
     return ov_model
 
 
-def compress_weights(ov_model, weight_format: str):
-    """NNCF weights for "int8" and "int4" (`utils.export.compression.compress_model`); fp32 and fp16 unchanged.
-
-    fp16 is a save option (`compress_to_fp16`); under INT4 the lm_head stays INT8.
-    """
-    from utils.export.compression import compress_model
-
-    if weight_format not in WEIGHT_FORMATS:
-        raise ValueError(f"weight_format={weight_format!r} must be one of {WEIGHT_FORMATS}")
-    if weight_format not in COMPRESSED_FORMATS:
-        return ov_model
-    return compress_model(ov_model, weight_format=weight_format)
-
-
 def export_language_model(
     model: nn.Module,
     out_dir: Path | str,
@@ -372,14 +358,12 @@ def export_language_model(
         hidden_layer_ids: the draft's target layer ids (`DSparkConfig.from_folder(draft).target_layer_ids`).
         verify_length: the most tokens of a verification: anchor + draft tokens (a DSpark draft: block_size + 1).
         prefill_chunk: the most tokens of a prefill call.
-        weight_format: "fp32", "fp16" (compress_to_fp16 on save), "int8" or "int4" (`compress_weights`).
+        weight_format: "fp32", "fp16" (stored in fp16), "int8" or "int4" (compressed in memory: `save_ir`).
         chunk_size: tokens per chunk of the gated delta rule inside the graph.
 
     Returns:
         The config as written (`LanguageModelConfig.to_json`), plus `export_seconds`.
     """
-    import openvino as ov
-
     out_dir = Path(out_dir)
     if not out_dir.is_dir():
         raise ValueError(f"out_dir={out_dir} is not an existing folder")
@@ -395,7 +379,6 @@ def export_language_model(
     start = time.perf_counter()
     ov_model = convert_language_model(model, max_tokens=description.max_tokens, hidden_layer_ids=list(layer_ids),
                                       chunk_size=chunk_size)
-    ov.save_model(compress_weights(ov_model, weight_format), out_dir / LANGUAGE_MODEL_NAME,
-                  compress_to_fp16=weight_format == "fp16")
+    save_ir(ov_model, out_dir / LANGUAGE_MODEL_NAME, weight_format=weight_format)
     description.write(out_dir)
     return {**description.to_json(), "export_seconds": round(time.perf_counter() - start, 2)}

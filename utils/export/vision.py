@@ -24,15 +24,12 @@ Text IR `TEXT_EMBEDDINGS_NAME`:
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from utils.contract import (DOWNSAMPLE_MODE_RT_INFO_KEY, IMAGE_FEATURES, INPUT_IDS, INPUTS_EMBEDS, PIXEL_VALUES,
-                            TARGET_SIZES, TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME)
+                            TARGET_SIZES)
 
-__all__ = ["VisionEmbeddingsWrapper", "convert_vision_embeddings", "convert_text_embeddings",
-           "export_vision_embeddings", "export_text_embeddings"]
+__all__ = ["VisionEmbeddingsWrapper", "convert_vision_embeddings", "convert_text_embeddings"]
 
 
 def _merge_windows(features: torch.Tensor, height: torch.Tensor, width: torch.Tensor,
@@ -148,14 +145,6 @@ def _convert(module: torch.nn.Module, *, example: dict[str, torch.Tensor], shape
     return ov_model
 
 
-def _save(ov_model, path: Path, *, compress_to_fp16: bool) -> Path:
-    import openvino as ov
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ov.save_model(ov_model, path, compress_to_fp16=compress_to_fp16)
-    return path
-
-
 def convert_vision_embeddings(model):
     """The vision tower + merger as an `ov.Model` (the vision IR, not yet saved), in config.json's `downsample_mode`.
 
@@ -186,32 +175,3 @@ def convert_text_embeddings(model):
     example = {INPUT_IDS: torch.zeros(1, 3, dtype=torch.int64)}
     return _convert(_TextEmbeddingsWrapper(model).eval(), example=example, shapes=[ov.PartialShape([-1, -1])],
                     names=[INPUT_IDS], output_name=INPUTS_EMBEDS)
-
-
-def export_vision_embeddings(model, out: Path | str, *, compress_to_fp16: bool = False) -> Path:
-    """Converts the vision tower + merger into `out / VISION_EMBEDDINGS_NAME` (`convert_vision_embeddings`).
-
-    Args:
-        model: a loaded `MiniCPMOcrForConditionalGeneration` (eval mode).
-        out: the export folder.
-        compress_to_fp16: store weights in fp16 (half the size; fp32 is the reference).
-
-    Returns:
-        The path of the written IR.
-    """
-    return _save(convert_vision_embeddings(model), Path(out) / VISION_EMBEDDINGS_NAME,
-                 compress_to_fp16=compress_to_fp16)
-
-
-def export_text_embeddings(model, out: Path | str, *, compress_to_fp16: bool = False) -> Path:
-    """Converts the text embedding table into `out / TEXT_EMBEDDINGS_NAME` (`convert_text_embeddings`).
-
-    Args:
-        model: a loaded `MiniCPMOcrForConditionalGeneration`.
-        out: the export folder.
-        compress_to_fp16: store the table in fp16.
-
-    Returns:
-        The path of the written IR.
-    """
-    return _save(convert_text_embeddings(model), Path(out) / TEXT_EMBEDDINGS_NAME, compress_to_fp16=compress_to_fp16)
