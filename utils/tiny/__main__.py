@@ -1,5 +1,5 @@
-"""Command line: `python -m utils.tiny --out DIR [--seed N] [--draft-vocab-size N] ... [--pretrain] [--distill]
-[--manifest]`.
+"""Command line: `python -m utils.tiny --out DIR [--seed N] [--draft-vocab-size N] ... [--pretrain | --read]
+[--distill] [--manifest]`.
 
 The shipped default pair (`utils/tiny/default`) is `--pretrain --distill --manifest` with the defaults.
 """
@@ -11,7 +11,7 @@ import sys
 
 from utils.files import folder_size
 from utils.tiny.manifest import HELD_OUT_WALKS, MANIFEST, write_manifest
-from utils.tiny.pair import DistillConfig, PretrainConfig, TinyPairConfig, build_tiny_pair
+from utils.tiny.pair import DistillConfig, PretrainConfig, ReaderConfig, TinyPairConfig, build_tiny_pair
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,9 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-size", type=int, default=defaults.block_size)
     parser.add_argument("--target-layer-ids", type=int, nargs="+", default=list(defaults.target_layer_ids))
     parser.add_argument("--markov-rank", type=int, default=defaults.markov_rank)
-    parser.add_argument("--pretrain", action="store_true",
-                        help="train the target to write corpus text first (learnable answers, about a minute on CPU)")
+    training = parser.add_mutually_exclusive_group()
+    training.add_argument("--pretrain", action="store_true",
+                          help="train the target to write corpus text first (learnable answers, about a minute on CPU)")
+    training.add_argument("--read", action="store_true",
+                          help="train the target to read generated pages (about ten minutes on CPU; prints its CER)")
     parser.add_argument("--pretrain-steps", type=int, default=PretrainConfig().steps, help="training steps")
+    parser.add_argument("--read-steps", type=int, default=ReaderConfig().steps, help="reading training steps")
     parser.add_argument("--distill", action="store_true",
                         help="train the draft on the target's greedy answers (about a minute on CPU)")
     parser.add_argument("--distill-steps", type=int, default=DistillConfig().steps, help="training steps")
@@ -43,17 +47,23 @@ def main(argv: list[str] | None = None) -> int:
             target_layer_ids=tuple(args.target_layer_ids), markov_rank=args.markov_rank,
         )
         pretrain = PretrainConfig(steps=args.pretrain_steps) if args.pretrain else None
+        read = ReaderConfig(steps=args.read_steps) if args.read else None
         distill = DistillConfig(steps=args.distill_steps, pages=args.distill_pages) if args.distill else None
-        pair = build_tiny_pair(args.out, config, pretrain=pretrain, distill=distill, overwrite=args.overwrite)
+        pair = build_tiny_pair(args.out, config, pretrain=pretrain, read=read, distill=distill,
+                               overwrite=args.overwrite)
     except (ValueError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     verb = f"built in {pair.seconds:.1f} s" if pair.seconds else "already built"
-    trained = ", ".join(part for part, how in (("pretrained target", pair.pretrain), ("distilled draft", pair.distill))
-                        if how)
+    trained = ", ".join(part for part, how in (("pretrained target", pair.pretrain), ("reading target", pair.read),
+                                               ("distilled draft", pair.distill)) if how)
     print(f"tiny pair {verb}: {pair.root}" + (f" ({trained})" if trained else ""))
     for part in (pair.target, pair.draft):
         print(f"  {part.name:<7} {folder_size(part) / 1e6:6.2f} MB  {part}")
+    if pair.reading is not None:
+        from utils.tiny.reader import reading_summary
+
+        print(reading_summary(pair.reading))
     if args.manifest:
         held_out = write_manifest(pair.root)["held_out"]
         for walk in HELD_OUT_WALKS:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from utils.checkpoint.config import check_layer_ids
 from utils.evaluation.pages import SAMPLE_PROMPTS
 
-__all__ = ["BUILD_STAMP", "TinyPairConfig", "PretrainConfig", "DistillConfig", "BUILDER_VERSION"]
+__all__ = ["BUILD_STAMP", "TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig", "BUILDER_VERSION"]
 
 BUILD_STAMP = "tiny-pair.json"  # written into every pair folder: the options it was built with
 BUILDER_VERSION = 2  # bump when the builder's output changes, so pairs built by older code are rebuilt
@@ -21,6 +21,17 @@ BUILDER_VERSION = 2  # bump when the builder's output changes, so pairs built by
 def _json_ready(options) -> dict:
     return {key: (list(value) if isinstance(value, tuple) else value)
             for key, value in dataclasses.asdict(options).items()}
+
+
+def _check_counts_and_prompts(options, counts: tuple[str, ...]) -> None:
+    """Freezes `options.prompts` as a tuple; raises ValueError unless every count is >= 1 and a prompt is given."""
+    name = type(options).__name__
+    object.__setattr__(options, "prompts", tuple(options.prompts))
+    for count in counts:
+        if getattr(options, count) < 1:
+            raise ValueError(f"{name}: {count}={getattr(options, count)} must be >= 1")
+    if not options.prompts:
+        raise ValueError(f"{name}: prompts must not be empty")
 
 
 @dataclass(frozen=True)
@@ -106,14 +117,38 @@ class PretrainConfig:
     seed: int = 0
 
     def __post_init__(self):
-        object.__setattr__(self, "prompts", tuple(self.prompts))
-        for name in ("steps", "examples_per_step", "max_lines"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"PretrainConfig: {name}={getattr(self, name)} must be >= 1")
-        if not self.prompts:
-            raise ValueError("PretrainConfig: prompts must not be empty")
+        _check_counts_and_prompts(self, ("steps", "examples_per_step", "max_lines"))
         if self.learning_rate <= 0:
             raise ValueError(f"PretrainConfig: learning_rate={self.learning_rate} must be > 0")
+
+    def options(self) -> dict:
+        """Every option, JSON-ready (recorded in the pair's build stamp)."""
+        return _json_ready(self)
+
+
+@dataclass(frozen=True)
+class ReaderConfig:
+    """How `utils.tiny.reader` trains the tiny target to read generated pages (`utils.evaluation.reading_pages`).
+
+    The defaults take about eight minutes on one CPU thread (two more go to measuring the learning curve).
+    """
+
+    steps: int = 4000
+    examples_per_step: int = 4
+    max_lines: int = 3  # lines per generated page, drawn in [1, max_lines]
+    prompts: tuple[str, ...] = SAMPLE_PROMPTS
+    learning_rate: float = 2e-3
+    warmup_steps: int = 50  # linear warm-up to learning_rate (a training shorter than this never reaches it)
+    checkpoints: int = 8  # held-out CER measured this many times during training: the learning curve
+    held_out_pages: int = 50
+    seed: int = 0
+
+    def __post_init__(self):
+        _check_counts_and_prompts(self, ("steps", "examples_per_step", "max_lines", "checkpoints", "held_out_pages"))
+        if self.learning_rate <= 0:
+            raise ValueError(f"ReaderConfig: learning_rate={self.learning_rate} must be > 0")
+        if self.warmup_steps < 0:
+            raise ValueError(f"ReaderConfig: warmup_steps={self.warmup_steps} must be >= 0")
 
     def options(self) -> dict:
         """Every option, JSON-ready (recorded in the pair's build stamp)."""
@@ -138,12 +173,7 @@ class DistillConfig:
     seed: int = 0
 
     def __post_init__(self):
-        object.__setattr__(self, "prompts", tuple(self.prompts))
-        for name in ("pages", "steps", "sequences_per_step"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"DistillConfig: {name}={getattr(self, name)} must be >= 1")
-        if not self.prompts:
-            raise ValueError("DistillConfig: prompts must not be empty")
+        _check_counts_and_prompts(self, ("pages", "steps", "sequences_per_step"))
         if self.max_new_tokens < 2:
             raise ValueError(f"DistillConfig: max_new_tokens={self.max_new_tokens} must be >= 2 "
                              f"(an anchor and a label)")

@@ -9,20 +9,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from utils.files import atomic_directory
-from utils.tiny.config import BUILD_STAMP, DistillConfig, PretrainConfig, TinyPairConfig
+from utils.tiny.config import BUILD_STAMP, DistillConfig, PretrainConfig, ReaderConfig, TinyPairConfig
 
-__all__ = ["TinyPairConfig", "PretrainConfig", "DistillConfig", "TinyPair", "build_tiny_pair", "build_stamp", "default_pair",
+__all__ = ["TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig", "TinyPair", "build_tiny_pair", "build_stamp", "default_pair",
            "BUILD_STAMP", "SHIPPED_PAIR_DIR"]
 
 SHIPPED_PAIR_DIR = Path(__file__).resolve().parent / "default"  # the default pair, shipped in the repository
 
 
-def build_stamp(config: TinyPairConfig, *, pretrain: PretrainConfig | None = None,
+def build_stamp(config: TinyPairConfig, *, pretrain: PretrainConfig | None = None, read: ReaderConfig | None = None,
                 distill: DistillConfig | None = None) -> dict:
     """What `BUILD_STAMP` holds for a pair: the options, the builder version and how the pair was trained, if it was."""
     stamp = config.to_json()
     if pretrain is not None:
         stamp |= {"pretrain": pretrain.options()}
+    if read is not None:
+        stamp |= {"read": read.options()}
     if distill is not None:
         stamp |= {"distill": distill.options()}
     return stamp
@@ -39,8 +41,10 @@ class TinyPair:
     root: Path
     config: TinyPairConfig
     seconds: float = 0.0
-    pretrain: PretrainConfig | None = None  # how the target was trained; None: the random target
+    pretrain: PretrainConfig | None = None  # how the target was trained to write; None: not so
     distill: DistillConfig | None = None  # how the draft was distilled; None: the random draft
+    read: ReaderConfig | None = None  # how the target was trained to read; None: not so
+    reading: object | None = None  # the `utils.tiny.reader.ReaderReport` of a build that trained a reader
 
     @property
     def target(self) -> Path:
@@ -52,7 +56,8 @@ class TinyPair:
 
 
 def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pretrain: PretrainConfig | None = None,
-                    distill: DistillConfig | None = None, overwrite: bool = False) -> TinyPair:
+                    read: ReaderConfig | None = None, distill: DistillConfig | None = None,
+                    overwrite: bool = False) -> TinyPair:
     """Builds the tiny MiniCPM-OCR target and its tiny DSpark draft into `out/target` and `out/draft`, offline.
 
     Deterministic for a config (same seed, same files, same hashes). An existing pair built with the same
@@ -63,21 +68,25 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
         out: folder that receives `target/`, `draft/` and the build stamp.
         config: sizes and seed; defaults to `TinyPairConfig()`.
         pretrain: train the target to write corpus text (`utils.tiny.pretrain`); None keeps it random.
+        read: train the target to read generated pages instead (`utils.tiny.reader`); the build then returns the
+            training's report (`TinyPair.reading`).
         distill: train the draft on the target's greedy answers (`utils.tiny.distill`), after the target's
-            pretraining; None keeps it random.
+            training; None keeps it random.
         overwrite: rebuild even if `out` holds a pair.
     """
     from utils.tiny.draft import build_tiny_draft
     from utils.tiny.target import build_tiny_target
     from utils.tiny.tokenizer import train_tokenizer
 
+    if pretrain is not None and read is not None:
+        raise ValueError("build_tiny_pair: choose one training of the target, pretrain (write) or read")
     config = config or TinyPairConfig()
     out = Path(out)
-    stamp, expected = out / BUILD_STAMP, build_stamp(config, pretrain=pretrain, distill=distill)
+    stamp, expected = out / BUILD_STAMP, build_stamp(config, pretrain=pretrain, read=read, distill=distill)
     if stamp.exists() and not overwrite:
         built = json.loads(stamp.read_text())
         if built == expected:
-            return TinyPair(out, config, pretrain=pretrain, distill=distill)
+            return TinyPair(out, config, pretrain=pretrain, distill=distill, read=read)
         if _options(built) != _options(expected):
             raise FileExistsError(f"{out} holds a tiny pair built with other options ({stamp}); "
                                   f"pass overwrite=True or choose another folder")
@@ -95,13 +104,19 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
             from utils.tiny.pretrain import pretrain_target
 
             pretrain_target(staging / "target", pretrain)
+        reading = None
+        if read is not None:
+            from utils.tiny.reader import train_reader
+
+            reading = train_reader(staging / "target", read)
         build_tiny_draft(config, tokenizer, staging / "draft")
         if distill is not None:
             from utils.tiny.distill import distill_draft
 
             distill_draft(staging / "target", staging / "draft", distill)
         (staging / BUILD_STAMP).write_text(json.dumps(expected, indent=2) + "\n")
-    return TinyPair(out, config, seconds=time.perf_counter() - start, pretrain=pretrain, distill=distill)
+    return TinyPair(out, config, seconds=time.perf_counter() - start, pretrain=pretrain, distill=distill, read=read,
+                    reading=reading)
 
 
 def default_pair(root: Path | str = SHIPPED_PAIR_DIR) -> TinyPair:
@@ -128,4 +143,5 @@ def default_pair(root: Path | str = SHIPPED_PAIR_DIR) -> TinyPair:
     config = TinyPairConfig(**{key: value for key, value in stamp.items() if key in fields})
     pretrain = PretrainConfig(**stamp["pretrain"]) if "pretrain" in stamp else None
     distill = DistillConfig(**stamp["distill"]) if "distill" in stamp else None
-    return TinyPair(root, config, pretrain=pretrain, distill=distill)
+    read = ReaderConfig(**stamp["read"]) if "read" in stamp else None
+    return TinyPair(root, config, pretrain=pretrain, distill=distill, read=read)

@@ -25,7 +25,7 @@ from utils.tiny.distill_data import prompt_inputs, training_passages
 from utils.tiny.target import quiet_progress_bars
 from utils.tiny.training import quiet_single_thread, train_steps
 
-__all__ = ["PretrainReport", "ocr_example", "answer_loss", "pretrain_target"]
+__all__ = ["PretrainReport", "ocr_example", "mean_answer_loss", "answer_loss", "pretrain_target", "zero_padding_rows"]
 
 IGNORE_INDEX = -100  # transformers' label for positions outside the loss
 
@@ -59,7 +59,7 @@ def ocr_example(processor, image, prompt: str, text: str) -> dict:
     return dict(inputs) | {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
 
 
-def _mean_answer_loss(model, examples: Sequence[dict]) -> torch.Tensor:
+def mean_answer_loss(model, examples: Sequence[dict]) -> torch.Tensor:
     """Cross-entropy per answer token, pooled over the examples (each example's mean weighted by its length)."""
     tokens = [int((example["labels"] != IGNORE_INDEX).sum()) for example in examples]
     losses = [model(**example).loss * count for example, count in zip(examples, tokens)]
@@ -85,7 +85,7 @@ def answer_loss(target_dir: Path | str, passages: Sequence[tuple[str, object]], 
         model = AutoModelForImageTextToText.from_pretrained(target_dir).eval()
         processor = AutoProcessor.from_pretrained(target_dir)
         examples = [ocr_example(processor, image, prompt, text) for text, image in passages for prompt in prompts]
-        return _mean_answer_loss(model, examples).item()
+        return mean_answer_loss(model, examples).item()
 
 
 def pretrain_target(target_dir: Path | str, config: PretrainConfig | None = None) -> PretrainReport:
@@ -116,17 +116,18 @@ def pretrain_target(target_dir: Path | str, config: PretrainConfig | None = None
             chosen = range(step * config.examples_per_step, (step + 1) * config.examples_per_step)
             examples = [ocr_example(processor, passages[i][1], config.prompts[prompts[i]], passages[i][0])
                         for i in chosen]
-            return _mean_answer_loss(model, examples), {}
+            return mean_answer_loss(model, examples), {}
 
         losses = train_steps(model.parameters(), step_loss, steps=config.steps, learning_rate=config.learning_rate,
                              desc="pretraining the tiny target")
         model.eval()
-        _zero_padding_rows(model, tokenizer_size=len(processor.tokenizer))
+        zero_padding_rows(model, tokenizer_size=len(processor.tokenizer))
         with quiet_progress_bars():
             model.save_pretrained(target_dir)
     return PretrainReport(count, losses[0], losses[-1])
 
 
 @torch.no_grad()
-def _zero_padding_rows(model, *, tokenizer_size: int) -> None:
+def zero_padding_rows(model, *, tokenizer_size: int) -> None:
+    """Zeroes the tied embedding's rows beyond the tokenizer again, so ids no tokenizer knows keep a logit of 0."""
     model.get_input_embeddings().weight[tokenizer_size:] = 0.0

@@ -20,7 +20,7 @@ __all__ = ["train_steps", "quiet_single_thread"]
 
 
 def train_steps(parameters: Iterable[torch.nn.Parameter], step_loss: Callable[[int], tuple[torch.Tensor, dict]], *,
-                steps: int, learning_rate: float, desc: str) -> list[float]:
+                steps: int, learning_rate: float, desc: str, warmup_steps: int = 0) -> list[float]:
     """Runs `steps` optimiser steps, each on the loss `step_loss(step)` returns.
 
     Args:
@@ -28,6 +28,7 @@ def train_steps(parameters: Iterable[torch.nn.Parameter], step_loss: Callable[[i
         step_loss: step index -> (scalar loss, statistics shown next to the progress bar as floats).
         steps: number of steps; the cosine schedule decays to zero over them.
         learning_rate: peak learning rate.
+        warmup_steps: steps of linear warm-up to the peak before the cosine decay.
         desc: progress bar label.
 
     Returns:
@@ -35,7 +36,8 @@ def train_steps(parameters: Iterable[torch.nn.Parameter], step_loss: Callable[[i
     """
     parameters = [p for p in parameters if p.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=learning_rate, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * step / steps)))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1)) * 0.5 * (1 + math.cos(math.pi * step / steps)))
     losses = []
     for step in (progress := tqdm(range(steps), desc=desc, leave=False)):
         loss, stats = step_loss(step)

@@ -1,0 +1,34 @@
+"""Character error rate: how far a reading is from the page's text, in edits per character of the text."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["edit_distance", "character_error_rate"]
+
+
+def edit_distance(read: str, truth: str) -> int:
+    """Levenshtein distance: the fewest insertions, deletions and substitutions that turn `read` into `truth`."""
+    previous = list(range(len(truth) + 1))
+    for row, read_char in enumerate(read, 1):
+        current = [row]
+        for column, truth_char in enumerate(truth, 1):
+            current.append(min(previous[column] + 1, current[column - 1] + 1,
+                               previous[column - 1] + (read_char != truth_char)))
+        previous = current
+    return previous[-1]
+
+
+def character_error_rate(pairs: Iterable[tuple[str, str]]) -> float:
+    """Edits over characters, pooled over (read, truth) pairs: the CER of a set of pages (can exceed 1).
+
+    Raises:
+        ValueError: when the truths hold no character.
+    """
+    edits = characters = 0
+    for read, truth in pairs:
+        edits += edit_distance(read, truth)
+        characters += len(truth)
+    if not characters:
+        raise ValueError("character_error_rate: the reference texts are empty")
+    return edits / characters
