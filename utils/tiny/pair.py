@@ -7,12 +7,16 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from utils.files import atomic_directory
 from utils.tiny.config import BUILD_STAMP, DistillConfig, PretrainConfig, ReaderConfig, TinyPairConfig
 
-__all__ = ["TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig", "TinyPair", "build_tiny_pair", "build_stamp", "default_pair",
-           "BUILD_STAMP", "SHIPPED_PAIR_DIR"]
+if TYPE_CHECKING:  # the reader imports torch; the builder imports it only when it trains
+    from utils.tiny.reader import ReaderReport
+
+__all__ = ["TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig", "TinyPair", "build_tiny_pair",
+           "build_stamp", "default_pair", "BUILD_STAMP", "SHIPPED_PAIR_DIR"]
 
 SHIPPED_PAIR_DIR = Path(__file__).resolve().parent / "default"  # the default pair, shipped in the repository
 
@@ -44,7 +48,7 @@ class TinyPair:
     pretrain: PretrainConfig | None = None  # how the target was trained to write; None: not so
     distill: DistillConfig | None = None  # how the draft was distilled; None: the random draft
     read: ReaderConfig | None = None  # how the target was trained to read; None: not so
-    reading: object | None = None  # the `utils.tiny.reader.ReaderReport` of a build that trained a reader
+    reading: ReaderReport | None = None  # what the reading training measured, for a build that just trained one
 
     @property
     def target(self) -> Path:
