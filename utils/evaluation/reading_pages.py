@@ -68,7 +68,8 @@ def _line(kind: str, rng: np.random.Generator) -> str:
     if kind == "numbers":
         return " ".join(_number(rng) for _ in range(int(rng.integers(2, 5))))
     if kind == "receipt":
-        return f"{_some_words(rng, int(rng.integers(1, 3))).capitalize()} {rng.integers(0, 100)}.{rng.integers(0, 100):02d}"
+        item = _some_words(rng, int(rng.integers(1, 3))).capitalize()
+        return f"{item} {rng.integers(0, 100)}.{rng.integers(0, 100):02d}"
     if kind == "table":
         cells = [_some_words(rng, 1).capitalize()] + [_number(rng) for _ in range(int(rng.integers(1, 3)))]
         return "| " + " | ".join(cells) + " |"

@@ -72,11 +72,11 @@ def read_pages(model, processor, pages: Sequence[ReadingPage], *, prompt: str) -
 
 
 def score_readings(pages: Sequence[ReadingPage], readings: Sequence[str]) -> ReadingScore:
-    """CER of `readings` against the pages' texts, overall and by kind."""
-    kinds = dict.fromkeys(page.kind for page in pages)
-    by_kind = {kind: character_error_rate((read, page.text) for page, read in zip(pages, readings) if page.kind == kind)
-               for kind in kinds}
-    return ReadingScore(character_error_rate(zip(readings, (page.text for page in pages))), by_kind, tuple(readings))
+    """CER of `readings` against the pages' texts, overall and by kind (one reading per page, in order)."""
+    pairs = list(zip(pages, readings, strict=True))
+    by_kind = {kind: character_error_rate((read, page.text) for page, read in pairs if page.kind == kind)
+               for kind in dict.fromkeys(page.kind for page in pages)}
+    return ReadingScore(character_error_rate((read, page.text) for page, read in pairs), by_kind, tuple(readings))
 
 
 def _checkpoint_steps(config: ReaderConfig) -> set[int]:
@@ -109,17 +109,17 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None) -> 
         prompts = np.random.default_rng(config.seed).integers(0, len(config.prompts), size=count)
         checkpoints, curve, measuring = _checkpoint_steps(config), [], [0.0]
 
-        def held_out_cer() -> float:
+        def held_out_score() -> ReadingScore:
             start = time.perf_counter()
             model.eval()
             score = score_readings(held_out, read_pages(model, processor, held_out, prompt=config.prompts[0]))
             model.train()
             measuring[0] += time.perf_counter() - start
-            return score.cer
+            return score
 
         def step_loss(step: int):
             if step in checkpoints:
-                curve.append((step * config.examples_per_step, held_out_cer()))
+                curve.append((step * config.examples_per_step, held_out_score().cer))
             chosen = range(step * config.examples_per_step, (step + 1) * config.examples_per_step)
             examples = [ocr_example(processor, page.image, config.prompts[prompts[i]], page.text)
                         for i, page in zip(chosen, pages)]
@@ -130,10 +130,10 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None) -> 
         losses = train_steps(model.parameters(), step_loss, steps=config.steps, learning_rate=config.learning_rate,
                              warmup_steps=config.warmup_steps, desc="training the tiny target to read")
         train_seconds = time.perf_counter() - start - measuring[0]
-        model.eval()
         zero_padding_rows(model, tokenizer_size=len(processor.tokenizer))
-        score = score_readings(held_out, read_pages(model, processor, held_out, prompt=config.prompts[0]))
+        score = held_out_score()
         curve.append((count, score.cer))
+        model.eval()
         with quiet_progress_bars():
             model.save_pretrained(target_dir)
     return ReaderReport(count, train_seconds, losses[0], losses[-1], tuple(curve), score)

@@ -28,7 +28,7 @@ def train_steps(parameters: Iterable[torch.nn.Parameter], step_loss: Callable[[i
         step_loss: step index -> (scalar loss, statistics shown next to the progress bar as floats).
         steps: number of steps; the cosine schedule decays to zero over them.
         learning_rate: peak learning rate.
-        warmup_steps: steps of linear warm-up to the peak before the cosine decay.
+        warmup_steps: the learning rate ramps up linearly over these first steps (on top of the cosine decay).
         desc: progress bar label.
 
     Returns:
@@ -36,8 +36,10 @@ def train_steps(parameters: Iterable[torch.nn.Parameter], step_loss: Callable[[i
     """
     parameters = [p for p in parameters if p.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=learning_rate, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1)) * 0.5 * (1 + math.cos(math.pi * step / steps)))
+    def factor(step: int) -> float:
+        return min(1.0, (step + 1) / (warmup_steps + 1)) * 0.5 * (1 + math.cos(math.pi * step / steps))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     losses = []
     for step in (progress := tqdm(range(steps), desc=desc, leave=False)):
         loss, stats = step_loss(step)
