@@ -1,11 +1,12 @@
-"""Can the tiny target learn to read in ten minutes on a CPU? The study behind that question, one command away.
+"""Can the tiny target learn to read on a CPU? The study behind that question, one command away.
 
     python -m benchmarks.reader_study [--out DIR] [--steps N] [--distill] [--pages N] [--json results.json]
 
-Builds a tiny pair whose target is trained to read generated pages (`python -m utils.tiny --read`), then prints
-the held-out character error rate overall and by page kind, the learning curve and the training time. With
-`--distill` it also distils the draft on that target and measures speculative decoding on held-out generated
-pages: tokens per step and the confidence head's AUC. Figures, not a test: training time is this machine's.
+Builds a tiny pair of the reading sizes (`READING_PAIR`) whose target is trained to read typewriter pages
+(`python -m utils.tiny --read`), then prints the held-out character error rate overall and by page kind, the
+learning curve and the training time. With `--distill` it also distils the draft on that target and reads
+held-out generated pages through OpenVINO in every setting of `utils.tiny.reading_report` (the CLI's defaults,
+f32 under each draft walk, target only). Figures, not a test: training time is this machine's.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-from utils.evaluation.reading_pages import reading_pages
 from utils.tiny import DistillConfig, ReaderConfig, TinyPairConfig, build_tiny_pair
+from utils.tiny.config import READING_PAIR
 
 __all__ = ["run_reader_study", "main"]
 
@@ -29,25 +30,22 @@ def run_reader_study(out: Path | str, read: ReaderConfig, *, distill: DistillCon
         out: the pair's folder (rebuilt).
         read: the reading training (`ReaderConfig`).
         distill: distil the draft on the reading target and measure speculative decoding; None skips both.
-        acceptance_pages: held-out generated pages the speculative measurement reads, with every sample prompt.
+        acceptance_pages: held-out generated pages the OpenVINO measurement reads in each setting.
 
     Returns:
-        {"reading": ReaderReport.as_dict(), "acceptance": AcceptanceReport.as_dict() or None, "sizes_mb": ...}.
+        {"reading": ReaderReport.as_dict(), "acceptance": `measure_reading`'s figures or None, "sizes_mb": ...}.
     """
     from utils.files import folder_size
-    from utils.tiny.acceptance import measure_acceptance
     from utils.tiny.reader import reading_summary
+    from utils.tiny.reading_report import measure_reading, reading_report_summary
 
-    pair = build_tiny_pair(out, TinyPairConfig(), read=read, distill=distill, overwrite=True)
+    pair = build_tiny_pair(out, TinyPairConfig(**READING_PAIR), read=read, distill=distill, overwrite=True)
     print(reading_summary(pair.reading))
     figures = {"reading": pair.reading.as_dict(), "acceptance": None,
                "sizes_mb": {part.name: round(folder_size(part) / 1e6, 2) for part in (pair.target, pair.draft)}}
     if distill is not None:
-        pages = reading_pages(acceptance_pages, seed=read.seed + 1, split="held-out", max_lines=read.max_lines)
-        report = measure_acceptance(pair.target, pair.draft, pages=pages)
-        figures["acceptance"] = report.as_dict()
-        print(f"  speculative on {len(pages)} held-out pages: {report.tokens_per_step:.2f} tokens per step, "
-              f"confidence AUC {report.confidence_auc:.2f}")
+        figures["acceptance"] = measure_reading(pair.root, pages=acceptance_pages)
+        print(reading_report_summary(figures["acceptance"]))
     return figures
 
 

@@ -38,3 +38,11 @@ def tiny_ir(tiny_pair, tmp_path_factory):
     draft = export_draft(tiny_pair.draft, root / "draft")
     target = export_target(tiny_pair.target, root / "target", draft=tiny_pair.draft, prefill_chunk=32)
     return target, draft
+
+
+@pytest.fixture(scope="session")
+def reading_pair(tmp_path_factory):
+    """A random tiny pair of the reading sizes (`READING_PAIR`: one token per character, pages seen unscaled)."""
+    from utils.tiny.config import READING_PAIR
+
+    return build_tiny_pair(tmp_path_factory.mktemp("reading") / "pair", TinyPairConfig(**READING_PAIR))

@@ -11,6 +11,7 @@ from safetensors.numpy import load_file
 from utils.checkpoint.draft import DRAFT_WEIGHTS, EXPORT_AUDIT, LAYER_TENSORS, LOCAL_TO_TARGET
 from utils.files import sha256_file
 from utils.tiny import TinyPairConfig, build_tiny_pair
+from utils.tiny.config import READING_PAIR
 from utils.tiny.__main__ import main as tiny_cli
 from utils.tiny.tokenizer import MULTIMODAL_TOKENS
 
@@ -69,6 +70,17 @@ def test_tokenizer_is_trained_bpe_with_processor_special_tokens(tiny_pair):
     text = "Total due 616.32"
     assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
     assert tokenizer.eos_token == "<|im_end|>"
+
+
+def test_a_byte_vocabulary_gives_one_token_per_character():
+    """The reading sizes' tokenizer learns no merge: character k of an answer is token k, as the reader needs."""
+    from utils.tiny.tokenizer import BYTE_VOCABULARY, train_tokenizer
+
+    tokenizer = train_tokenizer(READING_PAIR["tokenizer_vocab_size"])
+    assert len(tokenizer) == BYTE_VOCABULARY
+    assert not json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
+    text = "| Total due | 616.32 |\n"
+    assert len(tokenizer(text, add_special_tokens=False)["input_ids"]) == len(text)
 
 
 def test_build_is_deterministic(tiny_pair, tmp_path):
@@ -158,6 +170,8 @@ def test_unusual_pair_has_the_requested_shapes(tmp_path):
     ({"target_layer_ids": ()}, "must not be empty"),
     ({"markov_rank": 0}, "markov_rank=0"),
     ({"vocab_size": 900}, "vocab_size=900"),
+    ({"tokenizer_vocab_size": 269}, "tokenizer_vocab_size=269 must be >= 270"),
+    ({"small_image_upsize": "sometimes"}, "small_image_upsize='sometimes'"),
 ])
 def test_invalid_options_are_rejected_with_the_option_named(options, message):
     with pytest.raises(ValueError, match=message):

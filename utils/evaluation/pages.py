@@ -1,7 +1,9 @@
 """Sample document pages, drawn offline from the text shipped with the suite (no downloads).
 
 Each page is a small document-like image (text block, table, formula, receipt, two columns, form, ...)
-rendered with PIL's built-in font, so the same page comes out on every machine.
+rendered with PIL's built-in font, so the same page comes out on every machine. `typewriter_sample_pages`
+holds the same kinds of document as typewriter pages (`utils.evaluation.typewriter`), the pages a reading tiny
+target reads; no generated training page shows a row of either set (`sample_rows`).
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
+from utils.evaluation.typewriter import page_text, render_typewriter_page
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
-__all__ = ["CORPUS_PATH", "SAMPLE_PROMPTS", "SamplePage", "sample_pages", "render_page"]
+__all__ = ["CORPUS_PATH", "SAMPLE_PROMPTS", "SamplePage", "sample_pages", "typewriter_sample_pages", "sample_rows",
+           "render_page"]
 
 CORPUS_PATH = Path(__file__).with_name("corpus.txt")  # the text of every page; the tiny tokenizer learns on it too
 
@@ -54,6 +58,69 @@ _LAYOUTS = {
 }
 
 
+# Typewriter sample pages (`typewriter_sample_pages`): the same kinds of document, in rows a typewriter page holds.
+_TYPEWRITER_SAMPLES = {
+    "text-block": ("The river rose in the hills",
+                   "above the town and ran for",
+                   "forty miles to the sea. The",
+                   "mill stood where the valley",
+                   "narrowed, and for two hundred",
+                   "years it ground the grain."),
+    "table": ("| Item      |  2024 |  2025 |",
+              "| Fees      | 12400 | 13150 |",
+              "| Donations |  3820 |  4105 |",
+              "| Room hire |  2160 |  1980 |",
+              "| Staff     |  9700 | 10050 |",
+              "| Total     | 28080 | 29285 |"),
+    "formula": (r"$$\bar{t} = \frac{1}{n}",
+                r"\sum_{i=1}^{n} t_i$$",
+                "The interval is",
+                r"$\bar{t} \pm 1.96 s/\sqrt{n}$."),
+    "invoice": ("INVOICE No. 2025-0417",
+                "Date: 17/4/2025",
+                "Bill to: Northfield Ltd",
+                "Toner, black    3   183.60",
+                "Paper, A4      12   294.00",
+                "Subtotal            477.60",
+                "VAT 20%              95.52",
+                "Total due           573.12"),
+    "receipt": ("GREEN LEAF CAFE",
+                "12 Station Road",
+                "2 x Flat white      6.40",
+                "1 x Tea, large      2.90",
+                "1 x Cheese scone    3.10",
+                "TOTAL              12.40",
+                "Thank you!"),
+    "letter": ("Dear Ms Okafor,",
+               "From 1 May the reading room",
+               "opens at 9:00 and closes at",
+               "18:00 on weekdays.",
+               "Yours sincerely,",
+               "J. Lindqvist"),
+    "two-columns": ("1 Introduction   2 Related work",
+                    "Scanned pages    Early engines",
+                    "mix text and     cut lines and",
+                    "tables.          read glyphs."),
+    "form": ("APPLICATION FORM",
+             "Surname: ____________",
+             "First name: _________",
+             "Date of birth: __/__/____",
+             "[ ] I agree to the terms.",
+             "Signature: __________"),
+    "timetable": ("Line 7, Monday to Friday",
+                  "| Stop     | 06:10 | 07:25 |",
+                  "| Central  | 06:10 | 07:25 |",
+                  "| Market   | 06:14 | 07:30 |",
+                  "| Hospital | 06:21 | 07:38 |"),
+    "minutes": ("Minutes, 12 June 2025",
+                "Present: A. Brandt (chair),",
+                "K. Mensah, L. Novak",
+                "1. Minutes approved.",
+                "2. Balance 8,412.35.",
+                "Closed at 20:45."),
+}
+
+
 def _wrap(text: str, width: int) -> list[str]:
     lines = []
     for paragraph in text.splitlines():
@@ -87,3 +154,16 @@ def sample_pages() -> list[SamplePage]:
         text = _section(start, lines)
         pages.append(SamplePage(name, text, render_page(text, columns=columns)))
     return pages
+
+
+def typewriter_sample_pages() -> list[SamplePage]:
+    """The typewriter sample pages, in a fixed order: what a reading tiny target reads (`utils.tiny.reader`)."""
+    return [SamplePage(name, page_text(list(lines)), render_typewriter_page(list(lines)))
+            for name, lines in _TYPEWRITER_SAMPLES.items()]
+
+
+def sample_rows() -> frozenset[str]:
+    """Every row of both sets of sample pages (trailing spaces dropped): text no generated training page may show."""
+    rows = {line for lines in _TYPEWRITER_SAMPLES.values() for line in lines}
+    rows |= {line for page in sample_pages() for line in page.text.splitlines()}
+    return frozenset(line.rstrip() for line in rows if line.strip())

@@ -1,10 +1,11 @@
-"""Generated pages to learn reading from and to measure it on: short lines of words and numbers, in kinds.
+"""Generated typewriter pages to learn reading from and to measure it on, in seven kinds.
 
-Every page is drawn from a seed (the same seed gives the same page everywhere) and rendered with the suite's
-font (`utils.evaluation.pages.render_page`). Words come from the shipped corpus; numbers, amounts, dates and
-percentages are random. Each line belongs to one split by a hash of its text, so a held-out page shows only
-lines that no training page can show: "text never seen in training" holds by construction, whatever the
-number of training pages.
+Every page is drawn from a seed (the same seed gives the same page everywhere) as a typewriter page
+(`utils.evaluation.typewriter`): one character per image token, read row by row. Words come from the shipped
+corpus; names, numbers, amounts, dates and percentages are random. Each row belongs to one split by a hash of
+its text, so a held-out page shows only rows that no training page can show: "text never seen in training"
+holds by construction, whatever the number of training pages. No row of a sample page
+(`utils.evaluation.pages.sample_rows`) is ever generated.
 """
 
 from __future__ import annotations
@@ -12,20 +13,21 @@ from __future__ import annotations
 import itertools
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
 
-from utils.evaluation.pages import CORPUS_PATH, SamplePage, render_page
+from utils.evaluation.pages import CORPUS_PATH, SamplePage, sample_rows
+from utils.evaluation.typewriter import MAX_PAGE_CELLS, Ink, page_text, render_typewriter_page
 
 __all__ = ["PAGE_KINDS", "SPLITS", "ReadingPage", "iter_reading_pages", "reading_pages", "line_split"]
 
-PAGE_KINDS = ("prose", "numbers", "receipt", "table", "form")
 SPLITS = ("train", "held-out")
-_HELD_OUT_SHARE = 8  # one line in 8 belongs to the held-out split
+_HELD_OUT_SHARE = 8  # one row in 8 belongs to the held-out split
 _MAX_WORD_LENGTH = 10
+_MAX_WIDTH = 32  # characters per row, drawn up to this (from the fewest a kind needs)
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,11 @@ def _words() -> tuple[str, ...]:
     return tuple(sorted({word for word in re.findall(r"[A-Za-z][a-z]+", text) if len(word) <= _MAX_WORD_LENGTH}))
 
 
+def _word(rng: np.random.Generator) -> str:
+    words = _words()
+    return words[int(rng.integers(0, len(words)))]
+
+
 def _number(rng: np.random.Generator) -> str:
     form = int(rng.integers(0, 5))
     if form == 0:
@@ -56,64 +63,138 @@ def _number(rng: np.random.Generator) -> str:
     return f"{rng.choice(['+', '-'])}{rng.integers(0, 20)}.{rng.integers(0, 10)}%"
 
 
-def _some_words(rng: np.random.Generator, count: int) -> str:
-    words = _words()
-    return " ".join(words[index] for index in rng.integers(0, len(words), count))
+def _amount(rng: np.random.Generator) -> str:
+    return f"{rng.integers(0, 100)}.{rng.integers(0, 100):02d}"
 
 
-def _line(kind: str, rng: np.random.Generator) -> str:
-    if kind == "prose":
-        words = _some_words(rng, int(rng.integers(2, 6)))
-        return words[0].upper() + words[1:] + str(rng.choice(["", ".", ","]))
-    if kind == "numbers":
-        return " ".join(_number(rng) for _ in range(int(rng.integers(2, 5))))
-    if kind == "receipt":
-        item = _some_words(rng, int(rng.integers(1, 3))).capitalize()
-        return f"{item} {rng.integers(0, 100)}.{rng.integers(0, 100):02d}"
-    if kind == "table":
-        cells = [_some_words(rng, 1).capitalize()] + [_number(rng) for _ in range(int(rng.integers(1, 3)))]
-        return "| " + " | ".join(cells) + " |"
-    if kind == "form":
-        label = _some_words(rng, 1).upper()
-        return f"{label}: {_some_words(rng, 2).title() if rng.integers(0, 2) else _number(rng)}"
-    raise ValueError(f"unknown page kind {kind!r}; the kinds are {', '.join(PAGE_KINDS)}")
+def _wrapped(tokens: Callable[[], str], width: int) -> Callable[[], str]:
+    """Rows of words from `tokens`, each as long as fits in `width` characters."""
+    def row() -> str:
+        line = tokens()[:width]
+        while True:
+            word = tokens()
+            if len(line) + 1 + len(word) > width:
+                return line
+            line += " " + word
+    return row
+
+
+def _prose(rng, width):
+    row = _wrapped(lambda: _word(rng), width)
+    return lambda: (lambda line: line[0].upper() + line[1:])(row())
+
+
+def _numbers(rng, width):
+    return _wrapped(lambda: _number(rng), width)
+
+
+def _receipt(rng, width):
+    def row():
+        item = " ".join(_word(rng) for _ in range(int(rng.integers(1, 3)))).capitalize()
+        amount = _amount(rng)
+        return item[:width - len(amount) - 1].ljust(width - len(amount)) + amount
+    return row
+
+
+def _fitting(make: Callable[[], str], width: int) -> str:
+    """The first of a few rows from `make` that fits in `width` characters, else the last one cut to it."""
+    for _ in range(8):
+        line = make()
+        if len(line) <= width:
+            return line
+    return line[:width]
+
+
+def _table(rng, width):
+    cells = 3 if width >= 31 else 2
+    inner = (width - 1) // cells - 3  # "| " + cell + " " per column, then the closing "|"
+    def row():
+        values = [_fitting(lambda: _word(rng).capitalize(), inner)]
+        values += [_fitting(lambda: _number(rng), inner) for _ in range(cells - 1)]
+        return "|" + "".join(f" {value.ljust(inner)} |" for value in values)
+    return row
+
+
+def _form(rng, width):
+    def row():
+        label = _word(rng).upper() + ":"
+        value = " ".join(_word(rng).title() for _ in range(2)) if rng.integers(0, 2) else _number(rng)
+        return f"{label} {value}"
+    return lambda: _fitting(row, width)
+
+
+def _letter(rng, width):
+    body = _prose(rng, width)
+    def row():
+        form = int(rng.integers(0, 6))
+        if form == 0:
+            return f"Dear {rng.choice(['Ms', 'Mr', 'Dr'])} {_word(rng).capitalize()},"[:width]
+        if form == 1:
+            return f"Yours, {_word(rng).capitalize()}"[:width]
+        return body()
+    return row
+
+
+def _two_columns(rng, width):
+    column = (width - 3) // 2
+    left, right = _prose(rng, column), _prose(rng, column)
+    return lambda: left().ljust(column) + "   " + right()
+
+
+# kind -> (rows of a page of that kind, the fewest characters per row it needs)
+_KINDS = {"prose": (_prose, 14), "numbers": (_numbers, 14), "receipt": (_receipt, 16), "table": (_table, 25),
+          "form": (_form, 16), "letter": (_letter, 18), "two-columns": (_two_columns, 25)}
+PAGE_KINDS = tuple(_KINDS)
 
 
 def line_split(line: str) -> str:
-    """The split a line belongs to ("train" or "held-out"), from a hash of its text."""
-    return SPLITS[zlib.crc32(line.encode("utf-8")) % _HELD_OUT_SHARE == 0]
+    """The split a row belongs to ("train" or "held-out"), from a hash of its text (trailing spaces ignored)."""
+    return SPLITS[zlib.crc32(line.rstrip().encode("utf-8")) % _HELD_OUT_SHARE == 0]
 
 
-def iter_reading_pages(*, seed: int, split: str = "train", max_lines: int = 3,
-                       kinds: tuple[str, ...] = PAGE_KINDS) -> Iterator[ReadingPage]:
-    """Generated pages of one split without end, kinds in turn, each of 1 to `max_lines` lines.
+def _page_lines(kind: str, rng: np.random.Generator, *, split: str, max_lines: int) -> list[str]:
+    make_rows, narrowest = _KINDS[kind]
+    width = int(rng.integers(narrowest, _MAX_WIDTH + 1))
+    rows = min(int(rng.integers(1, max_lines + 1)), MAX_PAGE_CELLS // (width + 1))
+    row, excluded = make_rows(rng, width), sample_rows()
+    lines = []
+    while len(lines) < rows:
+        line = row()
+        if line.strip() and line_split(line) == split and line.rstrip() not in excluded:
+            lines.append(line)
+    return lines
+
+
+def iter_reading_pages(*, seed: int, split: str = "train", max_lines: int = 8,
+                       kinds: tuple[str, ...] = PAGE_KINDS, ink: Callable[[np.random.Generator], Ink] | None = None
+                       ) -> Iterator[ReadingPage]:
+    """Generated pages of one split without end, kinds in turn, each of 1 to `max_lines` rows.
 
     Args:
-        seed: the text and layout of every page are a function of the seed.
-        split: "train" or "held-out": every line of a page belongs to this split (`line_split`).
-        max_lines: lines per page, drawn in [1, max_lines].
+        seed: the text and look of every page are a function of the seed.
+        split: "train" or "held-out": every row of a page belongs to this split (`line_split`).
+        max_lines: rows per page, drawn in [1, max_lines] (fewer when a wide page would pass `MAX_PAGE_CELLS`).
         kinds: the page kinds to cycle through (`PAGE_KINDS`).
+        ink: rng -> how a page is inked (for example `Ink.random`, as training does); None: the sample pages' ink.
 
     Yields:
-        `ReadingPage`s named by kind.
+        `ReadingPage`s named by kind; `text` is what a reader should write (`page_text`).
     """
     if split not in SPLITS:
         raise ValueError(f"split={split!r}: choose one of {', '.join(SPLITS)}")
     if max_lines < 1:
         raise ValueError(f"max_lines={max_lines} must be >= 1")
+    unknown = [kind for kind in kinds if kind not in _KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"unknown page kinds {unknown}; the kinds are {', '.join(PAGE_KINDS)}")
     rng = np.random.default_rng([seed, SPLITS.index(split)])
     for kind in itertools.cycle(kinds):
-        lines = []
-        for _ in range(int(rng.integers(1, max_lines + 1))):
-            line = _line(kind, rng)
-            while line_split(line) != split:
-                line = _line(kind, rng)
-            lines.append(line)
-        text = "\n".join(lines)
-        yield ReadingPage(kind, text, render_page(text, chars_per_line=len(max(lines, key=len))))
+        lines = _page_lines(kind, rng, split=split, max_lines=max_lines)
+        image = render_typewriter_page(lines, ink(rng) if ink else None)
+        yield ReadingPage(kind, page_text(lines), image)
 
 
-def reading_pages(count: int, *, seed: int, split: str = "train", max_lines: int = 3,
+def reading_pages(count: int, *, seed: int, split: str = "train", max_lines: int = 8,
                   kinds: tuple[str, ...] = PAGE_KINDS) -> list[ReadingPage]:
-    """The first `count` pages of `iter_reading_pages` with these options."""
+    """The first `count` pages of `iter_reading_pages` with these options (sample-page ink)."""
     return list(itertools.islice(iter_reading_pages(seed=seed, split=split, max_lines=max_lines, kinds=kinds), count))

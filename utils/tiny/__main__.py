@@ -1,7 +1,8 @@
 """Command line: `python -m utils.tiny --out DIR [--seed N] [--draft-vocab-size N] ... [--pretrain | --read]
 [--distill] [--manifest]`.
 
-The shipped default pair (`utils/tiny/default`) is `--pretrain --distill --manifest` with the defaults.
+The shipped default pair (`utils/tiny/default`) is `--pretrain --distill --manifest` with the defaults. `--read`
+trains a target that reads typewriter pages, with the sizes of `READING_PAIR` unless an option names another.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import sys
 
 from utils.files import folder_size
 from utils.tiny.manifest import HELD_OUT_WALKS, MANIFEST, write_manifest
+from utils.tiny.config import READING_PAIR
 from utils.tiny.pair import DistillConfig, PretrainConfig, ReaderConfig, TinyPairConfig, build_tiny_pair
+from utils.tiny.reading_report import reading_report_summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,9 +22,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m utils.tiny", description=__doc__)
     parser.add_argument("--out", required=True, help="folder that receives target/ and draft/")
     parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--tokenizer-vocab-size", type=int, default=defaults.tokenizer_vocab_size)
+    parser.add_argument("--tokenizer-vocab-size", type=int, default=None,
+                        help=f"default: {defaults.tokenizer_vocab_size}, with --read "
+                             f"{READING_PAIR['tokenizer_vocab_size']} (one token per character)")
     parser.add_argument("--vocab-size", type=int, default=None, help="target embedding rows (default: padded)")
-    parser.add_argument("--draft-vocab-size", type=int, default=defaults.draft_vocab_size)
+    parser.add_argument("--draft-vocab-size", type=int, default=None,
+                        help=f"default: {defaults.draft_vocab_size}, with --read {READING_PAIR['draft_vocab_size']}")
     parser.add_argument("--block-size", type=int, default=defaults.block_size)
     parser.add_argument("--target-layer-ids", type=int, nargs="+", default=list(defaults.target_layer_ids))
     parser.add_argument("--markov-rank", type=int, default=defaults.markov_rank)
@@ -29,25 +35,29 @@ def main(argv: list[str] | None = None) -> int:
     training.add_argument("--pretrain", action="store_true",
                           help="train the target to write corpus text first (learnable answers, about a minute on CPU)")
     training.add_argument("--read", action="store_true",
-                          help="train the target to read generated pages (about ten minutes on CPU; prints its CER)")
+                          help="train the target to read typewriter pages, with the sizes of READING_PAIR (about an "
+                               "hour on one CPU thread with the defaults; prints its CER and learning curve)")
     parser.add_argument("--pretrain-steps", type=int, default=PretrainConfig().steps, help="training steps")
     parser.add_argument("--read-steps", type=int, default=ReaderConfig().steps, help="reading training steps")
+    parser.add_argument("--read-held-out-pages", type=int, default=ReaderConfig().held_out_pages,
+                        help="held-out pages each point of the reading's learning curve reads")
     parser.add_argument("--distill", action="store_true",
                         help="train the draft on the target's greedy answers (about a minute on CPU)")
     parser.add_argument("--distill-steps", type=int, default=DistillConfig().steps, help="training steps")
     parser.add_argument("--distill-pages", type=int, default=DistillConfig().pages, help="generated training pages")
     parser.add_argument("--manifest", action="store_true",
-                        help="measure the pair on the held-out pages and write manifest.json (hashes and figures)")
+                        help="measure the pair on held-out pages (PyTorch reference and OpenVINO at the CLI's "
+                             "defaults) and write manifest.json (hashes and figures)")
     parser.add_argument("--overwrite", action="store_true", help="rebuild even if DIR holds a pair")
     args = parser.parse_args(argv)
     try:
-        config = TinyPairConfig(
-            seed=args.seed, tokenizer_vocab_size=args.tokenizer_vocab_size, vocab_size=args.vocab_size,
-            draft_vocab_size=args.draft_vocab_size, block_size=args.block_size,
-            target_layer_ids=tuple(args.target_layer_ids), markov_rank=args.markov_rank,
-        )
+        sizes = dict(READING_PAIR) if args.read else {}
+        sizes |= {name: getattr(args, name) for name in ("tokenizer_vocab_size", "draft_vocab_size")
+                  if getattr(args, name) is not None}
+        config = TinyPairConfig(seed=args.seed, vocab_size=args.vocab_size, block_size=args.block_size,
+                                target_layer_ids=tuple(args.target_layer_ids), markov_rank=args.markov_rank, **sizes)
         pretrain = PretrainConfig(steps=args.pretrain_steps) if args.pretrain else None
-        read = ReaderConfig(steps=args.read_steps) if args.read else None
+        read = ReaderConfig(steps=args.read_steps, held_out_pages=args.read_held_out_pages) if args.read else None
         distill = DistillConfig(steps=args.distill_steps, pages=args.distill_pages) if args.distill else None
         pair = build_tiny_pair(args.out, config, pretrain=pretrain, read=read, distill=distill,
                                overwrite=args.overwrite)
@@ -65,11 +75,14 @@ def main(argv: list[str] | None = None) -> int:
 
         print(reading_summary(pair.reading))
     if args.manifest:
-        held_out = write_manifest(pair.root)["held_out"]
+        training = {"reading": pair.reading.as_dict()} if pair.reading is not None else None
+        manifest = write_manifest(pair.root, training=training)
         for walk in HELD_OUT_WALKS:
-            figures = held_out[walk]
+            figures = manifest["held_out"][walk]
             print(f"  held out, {walk}: {figures['tokens_per_step']:.2f} tokens per step, "
                   f"{figures['rejected_share']:.1%} of drafts rejected, confidence AUC {figures['confidence_auc']}")
+        if "reading" in manifest:
+            print(reading_report_summary(manifest["reading"]))
         print(f"  wrote {pair.root / MANIFEST}")
     return 0
 

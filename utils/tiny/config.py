@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 
 from utils.checkpoint.config import check_layer_ids
 from utils.evaluation.pages import SAMPLE_PROMPTS
+from utils.tiny.tokenizer import BYTE_VOCABULARY
 
-__all__ = ["BUILD_STAMP", "TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig", "BUILDER_VERSION"]
+__all__ = ["BUILD_STAMP", "READING_PAIR", "TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig",
+           "BUILDER_VERSION"]
 
 BUILD_STAMP = "tiny-pair.json"  # written into every pair folder: the options it was built with
 BUILDER_VERSION = 2  # bump when the builder's output changes, so pairs built by older code are rebuilt
@@ -43,7 +45,8 @@ class TinyPairConfig:
     """
 
     seed: int = 0
-    tokenizer_vocab_size: int = 1000  # trained BPE size, special tokens included (the draft's input vocabulary)
+    tokenizer_vocab_size: int = 1000  # trained BPE size, special tokens included (the draft's input vocabulary);
+    # BYTE_VOCABULARY learns no merge: one token per character, which a reader needs (READING_PAIR)
     vocab_size: int | None = None  # target embedding rows; default: tokenizer size rounded up to 64
     draft_vocab_size: int = 448
     block_size: int = 8
@@ -58,6 +61,7 @@ class TinyPairConfig:
     patch_size: int = 14
     scale_resolution: int = 112
     max_slice_nums: int = 4
+    small_image_upsize: str = "always"  # the processor's handling of pages within scale_resolution² (READING_PAIR)
     mask_token: str = field(default="<|mask|>")
 
     def __post_init__(self):
@@ -71,8 +75,11 @@ class TinyPairConfig:
         def fail(message):
             raise ValueError(f"TinyPairConfig: {message}")
 
-        if self.tokenizer_vocab_size < 300:
-            fail(f"tokenizer_vocab_size={self.tokenizer_vocab_size} must be >= 300 (256 bytes + special tokens)")
+        if self.tokenizer_vocab_size < BYTE_VOCABULARY:
+            fail(f"tokenizer_vocab_size={self.tokenizer_vocab_size} must be >= {BYTE_VOCABULARY} "
+                 f"(256 bytes + {BYTE_VOCABULARY - 256} special tokens)")
+        if self.small_image_upsize not in ("always", "never", "adaptive"):
+            fail(f"small_image_upsize={self.small_image_upsize!r} must be 'always', 'never' or 'adaptive'")
         if self.vocab_size < self.tokenizer_vocab_size:
             fail(f"vocab_size={self.vocab_size} must be >= tokenizer_vocab_size={self.tokenizer_vocab_size}")
         if not 1 <= self.draft_vocab_size < self.tokenizer_vocab_size:
@@ -99,6 +106,14 @@ class TinyPairConfig:
     def to_json(self) -> dict:
         """The build stamp: the options and the builder version."""
         return self.options() | {"builder_version": BUILDER_VERSION}
+
+
+# The sizes of a pair whose target learns to read (`ReaderConfig`, `python -m utils.tiny --read`): one token per
+# character, glyphs the model sees at their own size (a typewriter page of up to MAX_PAGE_CELLS cells fits in
+# 560² pixels, one 28-pixel cell per image token), a draft vocabulary that holds what a reader writes, and a
+# smaller initialisation, with which training from random weights starts faster.
+READING_PAIR = {"tokenizer_vocab_size": BYTE_VOCABULARY, "draft_vocab_size": 96, "initializer_range": 0.02,
+                "scale_resolution": 560, "small_image_upsize": "never"}
 
 
 @dataclass(frozen=True)
@@ -130,17 +145,19 @@ class PretrainConfig:
 class ReaderConfig:
     """How `utils.tiny.reader` trains the tiny target to read generated pages (`utils.evaluation.reading_pages`).
 
-    The defaults take about eight minutes on one CPU thread (two more go to measuring the learning curve).
+    The defaults take about an hour on one CPU thread (a few minutes more go to measuring the learning curve).
     """
 
-    steps: int = 4000
+    steps: int = 3000
     examples_per_step: int = 4
-    max_lines: int = 3  # lines per generated page, drawn in [1, max_lines]
+    max_lines: int = 8  # rows per generated page, drawn in [1, max_lines]
     prompts: tuple[str, ...] = SAMPLE_PROMPTS
     learning_rate: float = 2e-3
     warmup_steps: int = 50  # linear warm-up to learning_rate (a training shorter than this never reaches it)
-    checkpoints: int = 8  # held-out CER measured this many times during training: the learning curve
-    held_out_pages: int = 50
+    glyph_weight: float = 1.0  # the glyph head's loss: names the character of every image token (training only)
+    alignment_weight: float = 1.0  # the attention alignment's loss: character k looks at image token k
+    checkpoints: int = 6  # held-out CER measured this many times during training: the learning curve
+    held_out_pages: int = 24
     seed: int = 0
 
     def __post_init__(self):
@@ -149,6 +166,9 @@ class ReaderConfig:
             raise ValueError(f"ReaderConfig: learning_rate={self.learning_rate} must be > 0")
         if self.warmup_steps < 0:
             raise ValueError(f"ReaderConfig: warmup_steps={self.warmup_steps} must be >= 0")
+        for name in ("glyph_weight", "alignment_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"ReaderConfig: {name}={getattr(self, name)} must be >= 0")
 
     def options(self) -> dict:
         """Every option, JSON-ready (recorded in the pair's build stamp)."""

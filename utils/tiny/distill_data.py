@@ -1,7 +1,8 @@
 """Training data for distilling the tiny draft: the tiny target's own greedy answers on generated pages.
 
-Pages are random passages of the shipped corpus rendered at random widths and column counts. The passages
-never use a line of the held-out `utils.evaluation.pages.sample_pages()`, so those pages stay unseen text and images.
+The draft distils on generated typewriter pages of the training split (`training_pages`), the kind the tiny
+target reads; no row of a held-out or sample page is among them. (`training_passages`, corpus passages in PIL's
+bitmap font, feed the older `--pretrain` recipe, which writes corpus text rather than reading.)
 For each (page, prompt) the target answers greedily, then one pass over prompt + answer gives the hidden
 states of the draft's target layers at every position: the draft's context.
 
@@ -10,6 +11,7 @@ Shape symbols: S: prompt + answer positions, L: target layers read, H: target hi
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +20,8 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from utils.evaluation.pages import CORPUS_PATH, render_page, sample_pages
+from utils.evaluation.reading_pages import iter_reading_pages
+from utils.evaluation.typewriter import Ink
 from utils.reference.speculative import TargetRunner
 
 __all__ = ["DistillSequence", "prompt_inputs", "training_lines", "training_passages", "training_pages", "collect_sequences"]
@@ -70,8 +74,10 @@ def training_passages(count: int, *, seed: int, max_lines: int = 12) -> list[tup
 
 
 def training_pages(count: int, *, seed: int) -> list[Image.Image]:
-    """The page images of `training_passages(count, seed=seed)`."""
-    return [image for _, image in training_passages(count, seed=seed)]
+    """`count` generated typewriter pages of the training split, inked at random: the pages the target learnt to
+    read (`utils.evaluation.reading_pages`), never a row of a held-out or sample page."""
+    pages = iter_reading_pages(seed=seed, split="train", ink=Ink.random)
+    return [page.image for page in itertools.islice(pages, count)]
 
 
 @torch.no_grad()

@@ -6,11 +6,14 @@ suite therefore ships its default pair as files and checks them against this man
 same command gives a pair of the same quality, not the same bits.
 
 `manifest.json` holds:
-- `build`: the build stamp (`tiny-pair.json`): sizes, seed, pretraining and distillation options;
+- `build`: the build stamp (`tiny-pair.json`): sizes, seed, reading and distillation options;
 - `command`: the command that rebuilds a pair of this kind;
 - `built_with`: the versions that trained it (for information: another version trains other bits);
 - `files`: the SHA-256 of every file below `target/` and `draft/`;
-- `held_out`: the figures of `measure_acceptance` on the held-out sample pages, per Markov computation.
+- `training`: what the build measured while it trained (the reader's learning curve, CER and time), if given;
+- `held_out`: the figures of `measure_acceptance` (PyTorch reference) on the sample pages, per Markov computation;
+- `reading`, for a pair whose target was trained to read: the figures of `measure_reading` (OpenVINO, as the CLI
+  runs it) on held-out generated pages.
 """
 
 from __future__ import annotations
@@ -44,11 +47,12 @@ def _versions() -> dict:
     return {name: version(name) for name in ("torch", "transformers", "tokenizers")}
 
 
-def write_manifest(root: Path | str) -> dict:
-    """Measures a built pair on the held-out pages (both Markov computations) and writes `root/manifest.json`.
+def write_manifest(root: Path | str, *, training: dict | None = None) -> dict:
+    """Measures a built pair on held-out pages and writes `root/manifest.json`.
 
     Args:
         root: the pair's folder (`target/`, `draft/` and the build stamp `tiny-pair.json`).
+        training: what the build measured while training (for example `{"reading": ReaderReport.as_dict()}`).
 
     Returns:
         The manifest.
@@ -56,6 +60,7 @@ def write_manifest(root: Path | str) -> dict:
     from tqdm.auto import tqdm
 
     from utils.tiny.acceptance import measure_acceptance
+    from utils.tiny.reading_report import measure_reading
 
     root = Path(root)
     stamp = json.loads((root / BUILD_STAMP).read_text())
@@ -65,7 +70,10 @@ def write_manifest(root: Path | str) -> dict:
                                     max_new_tokens=HELD_OUT_MAX_NEW_TOKENS)
         held_out[name] = report.as_dict()
     manifest = {"build": stamp, "command": REBUILD_COMMAND, "built_with": _versions(),
-                "files": {name: sha256_file(root / name) for name in pair_files(root)}, "held_out": held_out}
+                "files": {name: sha256_file(root / name) for name in pair_files(root)}}
+    manifest |= {"training": training} if training else {}
+    manifest |= {"held_out": held_out}
+    manifest |= {"reading": measure_reading(root)} if "read" in stamp else {}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 

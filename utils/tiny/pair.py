@@ -71,9 +71,10 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
     Args:
         out: folder that receives `target/`, `draft/` and the build stamp.
         config: sizes and seed; defaults to `TinyPairConfig()`.
-        pretrain: train the target to write corpus text (`utils.tiny.pretrain`); None keeps it random.
-        read: train the target to read generated pages instead (`utils.tiny.reader`); the build then returns the
-            training's report (`TinyPair.reading`).
+        pretrain: train the target to write corpus text (`utils.tiny.pretrain`, the recipe before the reader);
+            None keeps it random.
+        read: train the target to read typewriter pages instead (`utils.tiny.reader`, the shipped recipe); the
+            build then returns the training's report (`TinyPair.reading`).
         distill: train the draft on the target's greedy answers (`utils.tiny.distill`), after the target's
             training; None keeps it random.
         overwrite: rebuild even if `out` holds a pair.
@@ -124,8 +125,8 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
 
 
 def default_pair(root: Path | str = SHIPPED_PAIR_DIR) -> TinyPair:
-    """The embedded default of the notebooks and `python -m utils.ocr`: the pretrained target and its distilled
-    draft, shipped in the repository (`utils/tiny/default`) and checked against its manifest's hashes.
+    """The embedded default of the notebooks and `python -m utils.ocr`: the target trained to read typewriter pages
+    and its distilled draft, shipped in the repository (`utils/tiny/default`) and checked against its manifest's hashes.
 
     Nothing is trained here: float training gives other bits on another CPU, and every notebook output
     computed from the pair would follow (`utils.tiny.manifest`).

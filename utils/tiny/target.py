@@ -78,7 +78,8 @@ def build_tiny_target(spec, tokenizer, out: Path) -> None:
     resolution = spec.scale_resolution
     processor = MiniCPMOcrProcessor(
         image_processor=MiniCPMOcrImageProcessor(scale_resolution=resolution, max_slice_nums=spec.max_slice_nums,
-                                                 patch_size=spec.patch_size),
+                                                 patch_size=spec.patch_size,
+                                                 small_image_upsize=spec.small_image_upsize),
         video_processor=MiniCPMOcrVideoProcessor(scale_resolution=resolution, max_slice_nums=1,
                                                  patch_size=spec.patch_size),
         tokenizer=tokenizer,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from utils.evaluation.pages import CORPUS_PATH
 
-__all__ = ["SPECIAL_TOKENS", "MULTIMODAL_TOKENS", "EOS_TOKEN", "PAD_TOKEN", "MASK_TOKEN",
+__all__ = ["SPECIAL_TOKENS", "BYTE_VOCABULARY", "MULTIMODAL_TOKENS", "EOS_TOKEN", "PAD_TOKEN", "MASK_TOKEN",
            "CHAT_TEMPLATE", "train_tokenizer"]
 
 
@@ -28,6 +28,7 @@ MULTIMODAL_TOKENS = {
 
 SPECIAL_TOKENS = [PAD_TOKEN, "<|im_start|>", EOS_TOKEN, "<think>", "</think>", MASK_TOKEN,
                   *MULTIMODAL_TOKENS.values()]
+BYTE_VOCABULARY = 256 + len(SPECIAL_TOKENS)  # a byte-level BPE this size learns no merge: one token per byte
 
 # Qwen-style chat turns; an image item becomes one image placeholder, which the processor expands.
 CHAT_TEMPLATE = (

@@ -1,0 +1,68 @@
+"""Typewriter pages: one character per cell, one cell per image token, the same pixels on every machine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from utils.evaluation.pages import typewriter_sample_pages
+from utils.evaluation.reading_pages import reading_pages
+from utils.evaluation.typewriter import (CELL, GLYPH_ATLAS, GLYPH_SIZES, GLYPHS, MAX_PAGE_CELLS, Ink, draw_glyph_atlas,
+                                         page_text, render_typewriter_page)
+from utils.pipeline.preprocessing import ImagePreprocessor
+
+
+def test_the_shipped_atlas_is_the_font_drawn_by_the_suite():
+    """Another FreeType may round a few edge pixels differently; the glyphs themselves must be the same."""
+    shipped = np.asarray(Image.open(GLYPH_ATLAS).convert("L"), dtype=np.int16)
+    drawn = np.asarray(draw_glyph_atlas(), dtype=np.int16)
+    assert shipped.shape == drawn.shape == (len(GLYPH_SIZES) * CELL, len(GLYPHS) * CELL)
+    assert np.mean(np.abs(shipped - drawn)) < 2.0
+
+
+def test_page_text_pads_every_row_to_the_page_width():
+    assert page_text(["ab", "abcd", "a"]) == "ab  \nabcd\na   "
+
+
+def test_a_page_has_one_cell_per_character_and_a_blank_end_column():
+    image = render_typewriter_page(["Total 12.50", "ok"])
+    assert image.size == (12 * CELL, 2 * CELL)
+    pixels = np.asarray(image.convert("L"))
+    assert pixels[:, 11 * CELL:].min() == 255  # the end column
+    assert pixels[CELL:, 2 * CELL:].min() == 255  # the second row after "ok"
+    cells = pixels[:CELL].reshape(CELL, 12, CELL).min(axis=(0, 2))
+    assert [bool(value < 128) for value in cells] == [char != " " for char in "Total 12.50 "]
+
+
+def test_the_same_lines_give_the_same_pixels_and_random_ink_varies_them():
+    lines = ["Receipt 3.50", "| a | b |"]
+    assert render_typewriter_page(lines).tobytes() == render_typewriter_page(lines).tobytes()
+    inked = render_typewriter_page(lines, Ink.random(np.random.default_rng(0)))
+    assert inked.size == render_typewriter_page(lines).size
+    assert inked.tobytes() != render_typewriter_page(lines).tobytes()
+
+
+@pytest.mark.parametrize(("lines", "ink", "message"), [
+    (["caf\u00e9"], None, "outside printable ASCII"),
+    (["", "  "], None, "at least one character"),
+    (["a"], lambda: Ink(size=30), "glyph size 30"),
+    (["a"], lambda: Ink(ink=200, paper=100), "ink=200"),
+    (["a"], lambda: Ink(jitter=2), "needs an rng"),
+])
+def test_bad_pages_are_refused(lines, ink, message):
+    with pytest.raises(ValueError, match=message):
+        render_typewriter_page(lines, ink() if ink else None)
+
+
+def test_a_reading_target_sees_one_image_token_per_character_of_every_typewriter_page(reading_pair):
+    """The reading sizes' processor passes a typewriter page at its own size: image token k is character k."""
+    preprocess = ImagePreprocessor.from_pretrained(reading_pair.target)
+    for page in [*typewriter_sample_pages(), *reading_pages(14, seed=0, split="held-out")]:
+        width, height = page.image.size
+        assert (width // CELL) * (height // CELL) <= MAX_PAGE_CELLS
+        inputs = preprocess(page.image)
+        assert inputs.grid == (0, 0), page.name
+        assert inputs.num_image_tokens == len(page.text) + 1, page.name  # every character, then the end
+        pixels = inputs.pixel_values[0]
+        assert pixels.shape[-1] == width * height // preprocess.config.patch_size  # unscaled

@@ -1,0 +1,130 @@
+"""Typewriter pages: text on a grid of 28-pixel cells, one character per cell, so one image token per character.
+
+MiniCPM-OCR merges 2 x 2 patches of 14 pixels into one image token ("4x"), so a 28-pixel cell is exactly one
+token when the page reaches the model at its own size (the tiny target's processor never rescales a page
+that fits in `scale_resolution`²). That is what lets a model of a third of a megabyte read: each image token
+holds one glyph, 18 to 24 pixels tall, and the page's tokens come in the order the text is read.
+
+A page is `rows` x (`width` + 1) cells. Row r holds line r padded with spaces to `width` characters; the
+last column stays blank: it is where a reader writes the line break, or, on the last row, ends its answer.
+So the text of a page, as the tiny reader writes it (`page_text`), is the grid read row by row, every row
+`width` characters long (trailing spaces included), the rows joined by newlines: character k of that text is
+image token k, and the end of the answer is the page's last image token.
+
+Glyphs come from a bitmap atlas shipped with the suite (`glyphs.png`, printable ASCII in DejaVu Sans Mono at
+seven sizes), drawn once from matplotlib's copy of the font by `draw_glyph_atlas`. Pages are pasted from it,
+never rasterised by FreeType at run time, so the same text gives the same pixels with any Pillow.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+__all__ = ["CELL", "MAX_PAGE_CELLS", "GLYPH_ATLAS", "GLYPH_SIZES", "PAGE_GLYPH_SIZE", "GLYPHS", "Ink", "page_text",
+           "render_typewriter_page", "draw_glyph_atlas"]
+
+CELL = 28  # pixels per cell side: one "4x" image token of 14-pixel patches
+MAX_PAGE_CELLS = 400  # rows x columns of the largest generated page: a reader at scale_resolution 560 sees it unscaled
+GLYPH_ATLAS = Path(__file__).with_name("glyphs.png")
+GLYPH_SIZES = (18, 19, 20, 21, 22, 23, 24)  # font sizes in pixels, one atlas row each
+PAGE_GLYPH_SIZE = 22  # the size of sample and held-out pages
+GLYPHS = "".join(chr(code) for code in range(33, 127))  # printable ASCII; a space is a blank cell
+_BASELINE = 21  # pixels from a cell's top to the text baseline: room for capitals above and descenders below
+
+
+def draw_glyph_atlas() -> Image.Image:
+    """Draws the atlas: one row per size of `GLYPH_SIZES`, one `CELL`-square column per character of `GLYPHS`,
+    each glyph centred on its cell's baseline, white ink (coverage) on black. Run once to make `GLYPH_ATLAS`."""
+    import matplotlib
+    from PIL import ImageDraw, ImageFont
+
+    font_path = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSansMono.ttf"
+    atlas = Image.new("L", (len(GLYPHS) * CELL, len(GLYPH_SIZES) * CELL), 0)
+    draw = ImageDraw.Draw(atlas)
+    for row, size in enumerate(GLYPH_SIZES):
+        font = ImageFont.truetype(str(font_path), size)
+        for column, char in enumerate(GLYPHS):
+            draw.text((column * CELL + CELL / 2, row * CELL + _BASELINE), char, font=font, fill=255, anchor="ms")
+    return atlas
+
+
+@cache
+def _atlas() -> np.ndarray:
+    """[sizes, glyphs, CELL, CELL] float32 ink coverage in [0, 1]."""
+    pixels = np.asarray(Image.open(GLYPH_ATLAS).convert("L"), dtype=np.float32) / 255.0
+    expected = (len(GLYPH_SIZES) * CELL, len(GLYPHS) * CELL)
+    if pixels.shape != expected:
+        raise ValueError(f"{GLYPH_ATLAS}: {pixels.shape[1]}x{pixels.shape[0]} pixels, expected "
+                         f"{expected[1]}x{expected[0]} ({len(GLYPHS)} glyphs x {len(GLYPH_SIZES)} sizes)")
+    return pixels.reshape(len(GLYPH_SIZES), CELL, len(GLYPHS), CELL).transpose(0, 2, 1, 3)
+
+
+def page_text(lines: list[str]) -> str:
+    """The text of a page as the reader writes it: every row padded to the widest line, rows joined by newlines."""
+    width = max(map(len, lines))
+    return "\n".join(line.ljust(width) for line in lines)
+
+
+class Ink:
+    """How a page is inked: glyph size, ink and paper grey levels, and how far each glyph may stray in its cell.
+
+    The defaults draw the sample and held-out pages; training draws pages with `Ink.random`.
+    """
+
+    def __init__(self, size: int = PAGE_GLYPH_SIZE, ink: int = 0, paper: int = 255, jitter: int = 0,
+                 rng: np.random.Generator | None = None):
+        if size not in GLYPH_SIZES:
+            raise ValueError(f"glyph size {size} px is not in the atlas; choose one of {GLYPH_SIZES}")
+        if not 0 <= ink < paper <= 255:
+            raise ValueError(f"ink={ink} and paper={paper} must satisfy 0 <= ink < paper <= 255")
+        if jitter and rng is None:
+            raise ValueError("a jittered page needs an rng")
+        self.size, self.ink, self.paper, self.jitter, self.rng = size, ink, paper, jitter, rng
+
+    @classmethod
+    def random(cls, rng: np.random.Generator) -> Ink:
+        """A training page's ink: any atlas size, grey ink on off-white paper, glyphs moved by up to 2 pixels."""
+        return cls(size=int(rng.choice(GLYPH_SIZES)), ink=int(rng.integers(0, 90)),
+                   paper=int(rng.integers(200, 256)), jitter=2, rng=rng)
+
+    def offset(self) -> tuple[int, int]:
+        if not self.jitter:
+            return 0, 0
+        dy, dx = self.rng.integers(-self.jitter, self.jitter + 1, size=2)
+        return int(dy), int(dx)
+
+
+def render_typewriter_page(lines: list[str], ink: Ink | None = None) -> Image.Image:
+    """Draws `lines` on a grid of `CELL`-pixel cells: len(lines) rows, (widest line + 1) columns, no margin.
+
+    Args:
+        lines: the page's lines, printable ASCII (a space is a blank cell).
+        ink: glyph size, grey levels and jitter; defaults to black 22-pixel glyphs on white, unmoved.
+
+    Returns:
+        An RGB image of (width + 1) * CELL x len(lines) * CELL pixels.
+    """
+    ink = ink or Ink()
+    unknown = sorted({char for line in lines for char in line} - set(GLYPHS) - {" "})
+    if unknown:
+        raise ValueError(f"characters outside printable ASCII cannot be drawn: {''.join(unknown)!r}")
+    if not any(line.strip() for line in lines):
+        raise ValueError("a page needs at least one character")
+    glyphs = _atlas()[GLYPH_SIZES.index(ink.size)]
+    width = max(map(len, lines)) + 1
+    coverage = np.zeros((len(lines) * CELL + 2 * CELL, width * CELL + 2 * CELL), dtype=np.float32)
+    for row, line in enumerate(lines):
+        for column, char in enumerate(line):
+            if char == " ":
+                continue
+            dy, dx = ink.offset()
+            top, left = (row + 1) * CELL + dy, (column + 1) * CELL + dx
+            cell = coverage[top:top + CELL, left:left + CELL]
+            np.maximum(cell, glyphs[GLYPHS.index(char)], out=cell)
+    coverage = coverage[CELL:-CELL, CELL:-CELL]
+    grey = np.rint(ink.paper - coverage * (ink.paper - ink.ink)).astype(np.uint8)
+    return Image.fromarray(grey, mode="L").convert("RGB")

@@ -1,0 +1,128 @@
+"""What a tiny pair shows a newcomer: how well it reads and drafts through the OpenVINO engine, as the CLI runs it.
+
+Exports the pair to a temporary folder, then reads held-out generated pages (`utils.evaluation.reading_pages`,
+rows no training page shows) with `SpeculativeOcrPipeline`:
+
+- at the CLI's defaults: the device's default precision for target and draft (bf16 on a CPU with AMX or
+  AVX-512 BF16), the default confidence threshold, the Top-K Markov scorer;
+- at f32 with every draft verified (threshold 0), under each draft walk: the Top-K Markov scorer, the dense
+  walk, and the per-position argmax of the block logits (Top-1: the Markov bias cannot change a lone candidate);
+- target only, at both precisions: the reference each speculative run must (f32) or should (default) equal.
+
+And one page of held-out rows in a font the reader never saw (PIL's default font at 24 px, proportional, off the
+grid), read at the CLI's defaults. The figures go into the shipped pair's manifest (`utils.tiny.manifest`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from PIL import Image, ImageDraw, ImageFont
+
+from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
+from utils.evaluation.acceptance import confidence_auc, scored_positions
+from utils.evaluation.character_error_rate import character_error_rate
+from utils.evaluation.reading_pages import ReadingPage, reading_pages
+from utils.evaluation.typewriter import MAX_PAGE_CELLS
+
+__all__ = ["READING_PAGES", "WALKS", "measure_reading", "reading_report_summary", "unseen_font_page"]
+
+READING_PAGES = 40  # held-out generated pages read per setting
+WALKS = {"top_k_scorer": None, "dense_walk": 0, "argmax": 1}  # name -> markov_head_top_k
+_MAX_NEW_TOKENS = MAX_PAGE_CELLS + 1  # the longest page's text and EOS
+
+
+def unseen_font_page(rows: int = 6, *, seed: int = 0, size: int = 24) -> ReadingPage:
+    """Held-out rows drawn in PIL's default font (proportional, not on the typewriter grid): a font never trained on."""
+    lines = [line.rstrip() for page in reading_pages(rows, seed=seed, split="held-out", kinds=("prose",), max_lines=1)
+             for line in page.text.splitlines()]
+    font = ImageFont.load_default(size=size)
+    width = int(max(font.getlength(line) for line in lines)) + 2 * size
+    image = Image.new("RGB", (width, int(len(lines) * size * 1.4) + size), "white")
+    draw = ImageDraw.Draw(image)
+    for index, line in enumerate(lines):
+        draw.text((size, size // 2 + int(index * size * 1.4)), line, fill="black", font=font)
+    return ReadingPage("unseen-font", "\n".join(lines), image)
+
+
+def _read(pipeline, pages: Sequence[ReadingPage], **options) -> dict:
+    """Reads every page; the texts, the CER, the steps' figures."""
+    from utils.engine.verification import mean_tokens_per_step
+
+    results = [pipeline.generate(page.image, max_new_tokens=_MAX_NEW_TOKENS, **options) for page in pages]
+    texts = [result.texts[0] for result in results]
+    steps = [step for result in results for step in result.metrics.steps]
+    scores, accepted = scored_positions(steps)
+    figures = {"cer": round(character_error_rate(zip(texts, (page.text for page in pages), strict=True)), 4),
+               "distinct_answers": len(set(texts)), "texts": texts}
+    if results[0].drafted:
+        auc = confidence_auc(scores, accepted)
+        figures |= {"tokens_per_step": round(mean_tokens_per_step(steps), 4),
+                    "confidence_auc": None if auc != auc else round(auc, 4)}
+    return figures
+
+
+def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str = "CPU") -> dict:
+    """Reads held-out pages with the pair in `root` (`target/`, `draft/`) through OpenVINO, in every setting above.
+
+    Args:
+        root: a tiny pair folder.
+        pages: held-out generated pages per setting.
+        device: the OpenVINO device.
+
+    Returns:
+        JSON-ready figures: per setting the CER, distinct answers, tokens per step (speculative runs), confidence
+        AUC; the agreement between precisions; the unseen-font CER; the precision the device really ran.
+    """
+    from utils.export.draft import export_draft
+    from utils.export.target import export_target
+    from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
+
+    root = Path(root)
+    held_out = reading_pages(pages, seed=0, split="held-out")
+    with tempfile.TemporaryDirectory() as folder:
+        draft = export_draft(root / "draft", Path(folder) / "draft")
+        target = export_target(root / "target", Path(folder) / "target", draft=root / "draft")
+        exact = SpeculativeOcrPipeline(target, draft, device=device, precision="f32", draft_precision="f32")
+        default = SpeculativeOcrPipeline(target, draft, device=device)
+        exact_alone = SpeculativeOcrPipeline(target, device=device, precision="f32")
+        default_alone = SpeculativeOcrPipeline(target, device=device)
+        cli = _read(default, held_out, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
+        walks = {name: _read(exact, held_out, confidence_threshold=0.0, markov_head_top_k=top_k)
+                 for name, top_k in WALKS.items()}
+        alone = {"f32": _read(exact_alone, held_out), "default": _read(default_alone, held_out)}
+        unseen = _read(default, [unseen_font_page()], confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
+        precision = default.inference_precision
+    truth_f32 = alone["f32"].pop("texts")
+    truth_default = alone["default"].pop("texts")
+    cli_texts = cli.pop("texts")
+    return {
+        "pages": pages, "split": "held-out", "device": device, "default_precision": precision,
+        "cli_defaults": cli | {"confidence_threshold": DEFAULT_CONFIDENCE_THRESHOLD},
+        "f32_every_draft_verified": {name: {key: value for key, value in figures.items() if key != "texts"}
+                                     for name, figures in walks.items()},
+        "target_only": alone,
+        "speculative_equals_target_only_at_f32": sum(
+            figures["texts"] == truth_f32 for figures in walks.values()) == len(walks),
+        "pages_equal_at_default_and_f32": sum(a == b for a, b in zip(cli_texts, truth_f32, strict=True)),
+        "speculative_differs_from_target_only_at_default": sum(
+            a != b for a, b in zip(cli_texts, truth_default, strict=True)),
+        "unseen_font": {"rows": len(unseen_font_page().text.splitlines()), "cer": unseen["cer"],
+                        "reading": unseen["texts"][0]},
+    }
+
+
+def reading_report_summary(figures: dict) -> str:
+    """`measure_reading`'s figures in a few lines."""
+    cli, walks = figures["cli_defaults"], figures["f32_every_draft_verified"]
+    pages = figures["pages"]
+    lines = [f"  reading {pages} held-out pages through OpenVINO (default precision: {figures['default_precision']}):",
+             f"    CLI defaults: CER {cli['cer']:.1%}, {cli['distinct_answers']} distinct answers, "
+             f"{cli['tokens_per_step']:.2f} tokens per step",
+             f"    same answer at the default precision and f32: {figures['pages_equal_at_default_and_f32']} of {pages}"]
+    lines += [f"    f32, every draft verified, {name}: {walk['tokens_per_step']:.2f} tokens per step, "
+              f"confidence AUC {walk['confidence_auc']}" for name, walk in walks.items()]
+    lines.append(f"    a font never trained on (PIL's default, 24 px): CER {figures['unseen_font']['cer']:.1%}")
+    return "\n".join(lines)
