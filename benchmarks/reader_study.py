@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from utils.tiny import DistillConfig, ReaderConfig, TinyPairConfig, build_tiny_pair
-from utils.tiny.config import READING_PAIR
+from utils.tiny.config import READING_DISTILL, READING_PAIR
 
 __all__ = ["run_reader_study", "main"]
 
@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=20, help="held-out pages of the speculative measurement")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    figures = run_reader_study(args.out, ReaderConfig(steps=args.steps),
-                               distill=DistillConfig() if args.distill else None, acceptance_pages=args.pages)
+    distill = DistillConfig(**READING_DISTILL) if args.distill else None
+    figures = run_reader_study(args.out, ReaderConfig(steps=args.steps), distill=distill, acceptance_pages=args.pages)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0

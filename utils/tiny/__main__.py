@@ -12,7 +12,7 @@ import sys
 
 from utils.files import folder_size
 from utils.tiny.manifest import HELD_OUT_WALKS, MANIFEST, write_manifest
-from utils.tiny.config import READING_PAIR
+from utils.tiny.config import READING_DISTILL, READING_PAIR
 from utils.tiny.pair import DistillConfig, PretrainConfig, ReaderConfig, TinyPairConfig, build_tiny_pair
 from utils.tiny.reading_report import reading_report_summary
 
@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
                                 target_layer_ids=tuple(args.target_layer_ids), markov_rank=args.markov_rank, **sizes)
         pretrain = PretrainConfig(steps=args.pretrain_steps) if args.pretrain else None
         read = ReaderConfig(steps=args.read_steps, held_out_pages=args.read_held_out_pages) if args.read else None
-        distill = DistillConfig(steps=args.distill_steps, pages=args.distill_pages) if args.distill else None
+        reading_distill = READING_DISTILL if args.read else {}
+        distill = (DistillConfig(steps=args.distill_steps, pages=args.distill_pages, **reading_distill)
+                   if args.distill else None)
         pair = build_tiny_pair(args.out, config, pretrain=pretrain, read=read, distill=distill,
                                overwrite=args.overwrite)
     except (ValueError, FileExistsError) as error:

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 from utils.checkpoint.config import check_layer_ids
 from utils.evaluation.pages import SAMPLE_PROMPTS
+from utils.evaluation.typewriter import MAX_PAGE_CELLS
 from utils.tiny.tokenizer import BYTE_VOCABULARY
 
-__all__ = ["BUILD_STAMP", "READING_PAIR", "TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig",
+__all__ = ["BUILD_STAMP", "READING_PAIR", "READING_DISTILL", "TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig",
            "BUILDER_VERSION"]
 
 BUILD_STAMP = "tiny-pair.json"  # written into every pair folder: the options it was built with
@@ -114,6 +115,8 @@ class TinyPairConfig:
 # smaller initialisation, with which training from random weights starts faster.
 READING_PAIR = {"tokenizer_vocab_size": BYTE_VOCABULARY, "draft_vocab_size": 96, "initializer_range": 0.02,
                 "scale_resolution": 560, "small_image_upsize": "never"}
+# How a reading pair's draft distils (`DistillConfig`): on the pages its target reads, to the end of the longest.
+READING_DISTILL = {"page_style": "typewriter", "max_new_tokens": MAX_PAGE_CELLS + 1}
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,9 @@ class ReaderConfig:
         return _json_ready(self)
 
 
+PAGE_STYLES = ("corpus", "typewriter")  # the pages a draft distils on (`utils.tiny.distill_data.training_pages`)
+
+
 @dataclass(frozen=True)
 class DistillConfig:
     """How `utils.tiny.distill` trains the tiny draft on the tiny target's greedy answers (see that module).
@@ -183,6 +189,7 @@ class DistillConfig:
     """
 
     pages: int = 32  # generated training pages; each is answered for every prompt
+    page_style: str = "corpus"  # "corpus" passages in PIL's font, or "typewriter" pages, which a reader reads
     prompts: tuple[str, ...] = SAMPLE_PROMPTS
     max_new_tokens: int = 64  # answer budget per (page, prompt)
     steps: int = 100
@@ -202,6 +209,8 @@ class DistillConfig:
                 raise ValueError(f"DistillConfig: {name}={getattr(self, name)} must be > 0")
         if self.confidence_alpha < 0:
             raise ValueError(f"DistillConfig: confidence_alpha={self.confidence_alpha} must be >= 0")
+        if self.page_style not in PAGE_STYLES:
+            raise ValueError(f"DistillConfig: page_style={self.page_style!r} must be one of {', '.join(PAGE_STYLES)}")
 
     def options(self) -> dict:
         """Every option, JSON-ready (recorded in the pair's build stamp)."""

@@ -241,7 +241,7 @@ def distill_draft(target_dir: Path | str, draft_dir: Path | str, config: Distill
         target = AutoModelForImageTextToText.from_pretrained(target_dir).eval()
         processor = AutoProcessor.from_pretrained(target_dir)
         model = load_reference_draft(draft_dir, target=TargetSpec.from_folder(target_dir))
-        cases = [(page, prompt) for page in training_pages(config.pages, seed=config.seed)
+        cases = [(page, prompt) for page in training_pages(config.pages, seed=config.seed, style=config.page_style)
                  for prompt in config.prompts]
         sequences = collect_sequences(target, processor, cases, hidden_layer_ids=model.config.target_layer_ids,
                                       max_new_tokens=config.max_new_tokens)

@@ -1,8 +1,9 @@
 """Training data for distilling the tiny draft: the tiny target's own greedy answers on generated pages.
 
-The draft distils on generated typewriter pages of the training split (`training_pages`), the kind the tiny
-target reads; no row of a held-out or sample page is among them. (`training_passages`, corpus passages in PIL's
-bitmap font, feed the older `--pretrain` recipe, which writes corpus text rather than reading.)
+The draft distils on pages of one of two styles (`training_pages`): random passages of the shipped corpus in
+PIL's bitmap font at random widths and column counts (`training_passages`, also what `--pretrain` trains on),
+or generated typewriter pages of the training split, the pages a reading target reads. Neither shows a line of
+the held-out sample pages, so those stay unseen text and images.
 For each (page, prompt) the target answers greedily, then one pass over prompt + answer gives the hidden
 states of the draft's target layers at every position: the draft's context.
 
@@ -73,11 +74,13 @@ def training_passages(count: int, *, seed: int, max_lines: int = 12) -> list[tup
     return passages
 
 
-def training_pages(count: int, *, seed: int) -> list[Image.Image]:
-    """`count` generated typewriter pages of the training split, inked at random: the pages the target learnt to
-    read (`utils.evaluation.reading_pages`), never a row of a held-out or sample page."""
-    pages = iter_reading_pages(seed=seed, split="train", ink=Ink.random)
-    return [page.image for page in itertools.islice(pages, count)]
+def training_pages(count: int, *, seed: int, style: str = "corpus") -> list[Image.Image]:
+    """`count` training page images: the pages of `training_passages` ("corpus"), or generated typewriter pages
+    of the training split inked at random ("typewriter", `utils.evaluation.reading_pages`)."""
+    if style == "typewriter":
+        pages = iter_reading_pages(seed=seed, split="train", ink=Ink.random)
+        return [page.image for page in itertools.islice(pages, count)]
+    return [image for _, image in training_passages(count, seed=seed)]
 
 
 @torch.no_grad()
