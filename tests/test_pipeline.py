@@ -183,7 +183,7 @@ def test_command_line_at_f32_gives_the_target_only_tokens_and_says_its_precision
 def test_stop_set_reads_every_eos_field_and_the_end_of_turn_token(tiny_pair, tmp_path):
     import shutil
 
-    from utils.pipeline.speculative_ocr import stop_token_ids
+    from utils.contract.target import read_stop_token_ids
 
     folder = tmp_path / "target"
     shutil.copytree(tiny_pair.target, folder)
@@ -194,13 +194,13 @@ def test_stop_set_reads_every_eos_field_and_the_end_of_turn_token(tiny_pair, tmp
     config["eos_token_id"] = 11  # top level, as MiniCPM-V 4.6 writes it
     config["text_config"].pop("eos_token_id", None)
     (folder / "config.json").write_text(json.dumps(config))
-    assert stop_token_ids(folder) == tuple(sorted({7, 9, 11, im_end}))
+    assert read_stop_token_ids(folder) == tuple(sorted({7, 9, 11, im_end}))
     (folder / "generation_config.json").unlink()
     config.pop("eos_token_id")
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "tokenizer.json").unlink()
     with pytest.raises(ValueError, match="never stop"):
-        stop_token_ids(folder)
+        read_stop_token_ids(folder)
 
 
 def test_image_settings_that_overflow_the_context_are_refused_at_load(tiny_ir, tmp_path):

@@ -74,11 +74,11 @@ def test_the_prompt_is_rendered_in_non_thinking_mode_unless_asked(published):
 
 
 def test_the_stop_set_holds_the_top_level_eos_and_the_end_of_turn(published):
-    from utils.pipeline.speculative_ocr import stop_token_ids
+    from utils.contract.target import read_stop_token_ids
 
     added = {token["content"]: token["id"]
              for token in json.loads((published.target / "tokenizer.json").read_text())["added_tokens"]}
-    assert stop_token_ids(published.target) == (added["<|endoftext|>"], added["<|im_end|>"])
+    assert read_stop_token_ids(published.target) == (added["<|endoftext|>"], added["<|im_end|>"])
 
 
 def test_the_draft_loads_with_its_skipped_tensors_and_inferred_flags(published):
