@@ -164,6 +164,12 @@ def test_the_real_checkpoint_is_exported_with_its_model_cards_recipe_unless_told
     said = []
     own = choose_processor_settings(published.target, report=said.append)
     assert (own.downsample_mode, own.max_slice_nums, said) == ("16x", files["max_slice_nums"], [])
+    torn = shutil.copytree(published.target, tmp_path / "torn", ignore=shutil.ignore_patterns("*.safetensors"))
+    config = json.loads((torn / "config.json").read_text())
+    (torn / "config.json").write_text(json.dumps(config | {"downsample_mode": "4x"}))
+    with pytest.raises(ValueError, match=r"config.json says downsample_mode='4x', processor_config.json says '16x'"):
+        choose_processor_settings(torn)
+    assert choose_processor_settings(torn, downsample_mode="16x").downsample_mode == "16x"  # the option decides
 
 
 def test_the_export_command_refuses_image_settings_it_cannot_serve_before_converting(published, tmp_path, capsys):

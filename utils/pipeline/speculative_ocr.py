@@ -127,7 +127,8 @@ class SpeculativeOcrPipeline:
                 f"{config.source}: max_slice_nums={config.max_slice_nums} lets one "
                 f"page take up to {config.max_image_tokens} image tokens, more than the {room} the "
                 f"{self.language_model.max_length}-token context leaves beside the text and the answer; supported: "
-                f"max_slice_nums <= {room // config.max_tokens_per_tile - 1} (export the target again with --max-slice-nums)")
+                f"max_slice_nums <= {room // config.max_tokens_per_tile - 1} (export the target again with "
+                f"--max-slice-nums)")
 
     def _attach_draft(self, folder: Path, properties: dict) -> None:
         from utils.checkpoint.config import DSparkConfig
