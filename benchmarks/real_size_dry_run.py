@@ -12,8 +12,9 @@ so the table shows what the recipe's four times as many image tokens cost in mem
 `--context N` reads instead a sample page enlarged and a prompt lengthened to about N tokens.
 
 The random weights make the answers meaningless: the run counts tokens (it never detokenizes ids the borrowed
-tiny tokenizer does not know), does not stop at EOS, and the draft is almost never right, so the speculative
-row shows what a speculative step costs, not a speedup.
+tiny tokenizer does not know) and does not stop at EOS. Acceptance means nothing here (a random target may repeat
+one token, which the random draft then guesses), so the speculative row shows what a speculative step costs and
+holds, not a speedup.
 
     python -m benchmarks.real_size_dry_run [--formats fp16 int8 int4] [--modes 4x 16x] [--max-slice-nums N]
                                            [--work DIR] [--context N] [--new-tokens N] [--keep] [--scale real|small]
@@ -326,9 +327,10 @@ def _notes(tables: dict[str, list[dict]]) -> str:
     loads = ", ".join(f"{row['load_average']:.1f}" for row in runs)
     return "\n".join([
         "",
-        "The draft is random: it is almost never accepted, so tokens/step stays near 1 and the speculative row "
-        "measures what a speculative step costs (draft + Markov head + verifying every draft), not a speedup. "
-        "Acceptance here is meaningless; the point is cost and memory.",
+        "Target and draft are random: a random target may repeat one token, which the random draft then guesses, "
+        "so tokens/step is no measure of the real pair; the speculative row measures what a speculative step costs "
+        "(draft + Markov head + verifying every draft), not a speedup. Acceptance here is meaningless; the point "
+        "is cost and memory.",
         "disk: the exported folder; peak RSS: the process that exported or ran (each its own); export / load: "
         "seconds to export, or to load and compile the pipeline; TTFT: request to first token (vision, prefill and "
         "the host work around them); decode tok/s: tokens after the first per second. "

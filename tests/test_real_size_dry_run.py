@@ -74,9 +74,9 @@ def _assert_runs(target_only: dict, speculative: dict) -> None:
     assert target_only["context_tokens"] == speculative["context_tokens"]  # the same page and prompt
 
 
-def test_the_full_page_is_sliced_and_4x_reads_it_with_over_three_times_the_image_tokens_of_16x(tiny_pair):
-    """The default page of the dry run at the recipe's slicing (448 px slices, up to 9): tiles of 2 x 2 patches
-    per token against 4 x 4, less the rounding of tile sides to the merge step."""
+def test_the_full_page_is_sliced_and_4x_reads_it_with_about_four_times_the_image_tokens_of_16x(tiny_pair):
+    """The default page of the dry run at the recipe's slicing (448 px slices of 16 px patches, up to 9): tiles of
+    2 x 2 patches per token against 4 x 4, give or take the rounding of tile sides to each mode's merge step."""
     import dataclasses
 
     from utils.pipeline.preprocessing import ImagePreprocessor
@@ -85,10 +85,10 @@ def test_the_full_page_is_sliced_and_4x_reads_it_with_over_three_times_the_image
     assert page.size == FULL_PAGE_SIZE
     preprocess = ImagePreprocessor.from_pretrained(tiny_pair.target)
     read = {mode: ImagePreprocessor(dataclasses.replace(preprocess.config, downsample_mode=mode, max_slice_nums=9,
-                                                        scale_resolution=448), tokens=preprocess.tokens)(page)
+                                                        scale_resolution=448, patch_size=16), tokens=preprocess.tokens)(page)
             for mode in MODES}
     assert all(6 <= rows * cols <= 9 for rows, cols in (inputs.grid for inputs in read.values()))
-    assert 3 * read["16x"].num_image_tokens < read["4x"].num_image_tokens <= 4 * read["16x"].num_image_tokens
+    assert 3 * read["16x"].num_image_tokens < read["4x"].num_image_tokens < 5 * read["16x"].num_image_tokens
 
 
 def test_the_work_folder_is_removed_without_keep(dry_run):
