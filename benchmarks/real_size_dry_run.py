@@ -2,16 +2,22 @@
 
 A random `MiniCPMOcrForConditionalGeneration` of MiniCPM-OCR 1.0's configuration (text model and vision tower,
 `benchmarks.real_size_model`) and a random DSpark draft of the published layout go through the suite's own
-path: `export_target` and `export_draft` for each weight format, then the OCR pipeline
-(`SpeculativeOcrPipeline`, CPU, default precision) reading a generated page, target-only and speculative. Every
+path: `export_draft` for each weight format and `export_target` for each weight format and image mode, then the
+OCR pipeline (`SpeculativeOcrPipeline`, CPU, default precision) reading a page, target-only and speculative. Every
 export and every pipeline run is a fresh Python process, so each peak RSS is its own.
 
-The random weights make the answers meaningless: the run counts tokens (it never detokenizes ids the borrowed
-tiny tokenizer does not know), does not stop at EOS, and the draft is almost never right, so the speculative
-row shows what a speculative step costs, not a speedup.
+The page is a full A4 page at 150 dpi (`FULL_PAGE_SIZE`, the sample pages' lines stacked on it), read at each
+`--modes` with `--max-slice-nums` slices: by default 4x with 9 slices (the model card's serving recipe) beside 16x,
+so the table shows what the recipe's four times as many image tokens cost in memory and time to first token.
+`--context N` reads instead a sample page enlarged and a prompt lengthened to about N tokens.
 
-    python -m benchmarks.real_size_dry_run [--formats fp16 int8 int4] [--work DIR] [--context N]
-                                           [--new-tokens N] [--keep] [--scale real|small]
+The random weights make the answers meaningless: the run counts tokens (it never detokenizes ids the borrowed
+tiny tokenizer does not know) and does not stop at EOS. Acceptance means nothing here (a random target may repeat
+one token, which the random draft then guesses), so the speculative row shows what a speculative step costs and
+holds, not a speedup.
+
+    python -m benchmarks.real_size_dry_run [--formats fp16 int8 int4] [--modes 4x 16x] [--max-slice-nums N]
+                                           [--work DIR] [--context N] [--new-tokens N] [--keep] [--scale real|small]
 
 `--scale small` shrinks layers, widths and vocabulary (one format in 1-2 min, for tests). At real
 scale one format takes 15-30 min on the shared 2-core machine; wrap it in `flock /tmp/realsize.lock`.
@@ -31,8 +37,9 @@ import time
 from pathlib import Path
 
 from utils.contract import WEIGHT_FORMATS
+from utils.contract.processor import DOWNSAMPLE_MODES
 
-__all__ = ["SCALES", "COLUMNS", "run_stage", "format_table", "main"]
+__all__ = ["SCALES", "COLUMNS", "FULL_PAGE_SIZE", "full_page", "run_stage", "format_table", "main"]
 
 SCALES = ("real", "small")
 # column -> (row key, format, unit the value is divided by); a step without the key shows "-"
@@ -45,6 +52,8 @@ COLUMNS = ("step", *_CELLS)
 BLOCK_SIZE = 15  # the real draft's: 15 drafts verified with the anchor as 16 target positions
 CONFIDENCE_THRESHOLD = 0.0  # verify every draft: a step's full cost, whatever the random confidences say
 PAGE_UPSCALE_LIMIT = 8  # the page is enlarged at most this much to fill the context with image tokens
+FULL_PAGE_SIZE = (1240, 1754)  # A4 at 150 dpi, (width, height)
+RECIPE_SLICES = 9  # the model card's max_slice_nums
 STDERR = 2  # the children's output goes to the parent's stderr: stdout holds only the tables
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 _CHILD = "import sys; from benchmarks.real_size_dry_run import run_stage; run_stage(sys.argv[1])"
@@ -105,16 +114,25 @@ def _build(work: Path, scale: str) -> dict:
             "image_processor": processor, "disk": {"target": folder_size(target), "draft": folder_size(draft)}}
 
 
-def _export(work: Path, part: str, weight_format: str) -> dict:
-    """Exports the random target or draft of `work/source` to `work/<format>/<part>`."""
+def _target_folder(work: Path, weight_format: str, mode: str) -> Path:
+    return work / weight_format / f"target-{mode}"
+
+
+def _export(work: Path, part: str, weight_format: str, mode: str | None = None, max_slice_nums: int | None = None
+            ) -> dict:
+    """Exports the random draft of `work/source` to `work/<format>/draft`, or its target (in `mode`, with
+    `max_slice_nums`) to `work/<format>/target-<mode>`."""
     from utils.export.draft import export_draft
     from utils.export.target import export_target
     from utils.files import folder_size
 
-    source, out = work / "source", work / weight_format / part
+    source = work / "source"
     if part == "target":
-        export_target(source / "target", out, draft=source / "draft", weight_format=weight_format)
+        out = _target_folder(work, weight_format, mode)
+        export_target(source / "target", out, draft=source / "draft", weight_format=weight_format,
+                      downsample_mode=mode, max_slice_nums=max_slice_nums)
     else:
+        out = work / weight_format / "draft"
         export_draft(source / "draft", out, weight_format=weight_format)
     return {"disk": folder_size(out)}
 
@@ -124,6 +142,27 @@ def _prompt_length(pipeline, image, prompt: str) -> int:
     inputs = pipeline.preprocess(image)
     text = pipeline.build_prompt([inputs.placeholder], prompt=prompt)
     return len(pipeline.tokenizer.encode(text, add_special_tokens=False).input_ids.data[0])
+
+
+def full_page():
+    """An A4 page at 150 dpi (`FULL_PAGE_SIZE`) covered with the sample pages' lines, each scaled to the page's
+    width, top to bottom."""
+    from PIL import Image
+
+    from utils.evaluation.pages import sample_pages
+
+    page = Image.new("RGB", FULL_PAGE_SIZE, "white")
+    lines, top = sample_pages(), 0
+    while top < page.height:
+        for line in lines:
+            width = page.width - 40
+            scaled = line.image.convert("RGB").resize((width, round(line.image.height * width / line.image.width)),
+                                                      Image.Resampling.BICUBIC)
+            page.paste(scaled, (20, top))
+            top += scaled.height
+            if top >= page.height:
+                break
+    return page
 
 
 def _page_for_context(pipeline, context: int):
@@ -149,21 +188,23 @@ def _page_for_context(pipeline, context: int):
     return image, f"{DEFAULT_PROMPT}\n{pipeline.tokenizer.decode(filler)}"
 
 
-def _run_pipeline(work: Path, weight_format: str, *, speculative: bool, context: int, new_tokens: int) -> dict:
+def _run_pipeline(work: Path, weight_format: str, *, mode: str, speculative: bool, context: int | None,
+                  new_tokens: int) -> dict:
     """Loads the pipeline, reads one page twice (a warm-up, then the measured run) and reports the second."""
     from utils.engine.decoder import SpeculativeDecoder
     from utils.engine.timing import StageTimer
+    from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
-    folder = work / weight_format
     start = time.perf_counter()
-    pipeline = SpeculativeOcrPipeline(folder / "target", folder / "draft" if speculative else None, device="CPU")
+    draft = work / weight_format / "draft" if speculative else None
+    pipeline = SpeculativeOcrPipeline(_target_folder(work, weight_format, mode), draft, device="CPU")
     load_seconds = time.perf_counter() - start
     room = pipeline.language_model.max_length - new_tokens - pipeline.language_model.verify_length
-    if context > room:
+    if context is not None and context > room:
         raise ValueError(f"--context={context} leaves no room for --new-tokens={new_tokens}: the language model "
                          f"holds {pipeline.language_model.max_length} tokens; supported: --context <= {room}")
-    image, prompt = _page_for_context(pipeline, context)
+    image, prompt = (full_page(), DEFAULT_PROMPT) if context is None else _page_for_context(pipeline, context)
     decoder = SpeculativeDecoder(pipeline.language_model, pipeline.embed, stop_token_ids=(),  # random: never stop
                                  proposer=pipeline.proposer, block_size=pipeline.block_size)
 
@@ -193,9 +234,10 @@ def run_stage(request: str) -> None:
     if stage == "build":
         result = _build(work, options["scale"])
     elif stage == "export":
-        result = _export(work, options["part"], options["weight_format"])
+        result = _export(work, options["part"], options["weight_format"], options.get("mode"),
+                         options.get("max_slice_nums"))
     elif stage == "run":
-        result = _run_pipeline(work, options["weight_format"], speculative=options["speculative"],
+        result = _run_pipeline(work, options["weight_format"], mode=options["mode"], speculative=options["speculative"],
                                context=options["context"], new_tokens=options["new_tokens"])
     else:
         raise ValueError(f"stage={stage!r}: supported: build, export, run")
@@ -216,25 +258,32 @@ def _in_child(work: Path, stage: str, **options) -> dict:
     return answer
 
 
-def measure_format(work: Path, weight_format: str, *, context: int, new_tokens: int, progress) -> list[dict]:
-    """The rows of one weight format: export the target and the draft, then run target-only and speculative."""
-    rows = []
-    for part in ("target", "draft"):
-        progress.set_postfix_str(f"{weight_format}: export {part}")
-        result = _in_child(work, "export", part=part, weight_format=weight_format)
-        rows.append({"step": f"export {part}", "disk_bytes": result["disk"], "peak_rss_bytes": result["peak_rss"],
-                     "seconds": result["seconds"]})
+def measure_format(work: Path, weight_format: str, *, modes: list[str], max_slice_nums: int, context: int | None,
+                   new_tokens: int, progress) -> list[dict]:
+    """The rows of one weight format: export the draft; per image mode, export the target, then run target-only
+    and speculative."""
+    def export(part: str, **options) -> dict:
+        label = f"export {part}" + (f" ({options['mode']})" if "mode" in options else "")
+        progress.set_postfix_str(f"{weight_format}: {label}")
+        result = _in_child(work, "export", part=part, weight_format=weight_format, **options)
         progress.update()
-    for speculative in (False, True):
-        name = "speculative (random draft)" if speculative else "target only"
-        progress.set_postfix_str(f"{weight_format}: {name}")
-        result = _in_child(work, "run", weight_format=weight_format, speculative=speculative, context=context,
-                           new_tokens=new_tokens)
-        rows.append({"step": f"pipeline, {name}", "peak_rss_bytes": result["peak_rss"],
-                     "seconds": result["load_seconds"]} | {key: result[key] for key in (
-                         "context_tokens", "image_tokens", "ttft", "vision_seconds", "prefill_seconds",
-                         "decode_tokens_per_s", "tokens", "tokens_per_step", "inference_precision", "load_average")})
-        progress.update()
+        return {"step": label, "disk_bytes": result["disk"], "peak_rss_bytes": result["peak_rss"],
+                "seconds": result["seconds"]}
+
+    rows = [export("draft")]
+    for mode in modes:
+        rows.append(export("target", mode=mode, max_slice_nums=max_slice_nums))
+        for speculative in (False, True):
+            name = f"{'speculative (random draft)' if speculative else 'target only'} ({mode})"
+            progress.set_postfix_str(f"{weight_format}: {name}")
+            result = _in_child(work, "run", weight_format=weight_format, mode=mode, speculative=speculative,
+                               context=context, new_tokens=new_tokens)
+            rows.append({"step": f"pipeline, {name}", "peak_rss_bytes": result["peak_rss"],
+                         "seconds": result["load_seconds"]} | {key: result[key] for key in (
+                             "context_tokens", "image_tokens", "ttft", "vision_seconds", "prefill_seconds",
+                             "decode_tokens_per_s", "tokens", "tokens_per_step", "inference_precision",
+                             "load_average")})
+            progress.update()
     return rows
 
 
@@ -255,6 +304,8 @@ def format_table(weight_format: str, rows: list[dict]) -> str:
 
 def _describe(built: dict, args: argparse.Namespace) -> str:
     parameters = built["parameters"]
+    page = (f"a full page ({FULL_PAGE_SIZE[0]} x {FULL_PAGE_SIZE[1]} px) and the default prompt"
+            if args.context is None else f"a sample page enlarged and a prompt filled to ~{args.context} tokens")
     return "\n".join([
         f"## Real-size dry run ({args.scale} scale): random weights, the suite's exporters and pipeline",
         "",
@@ -263,8 +314,8 @@ def _describe(built: dict, args: argparse.Namespace) -> str:
         f"{parameters['draft'] / 1e6:.1f}M parameters ({built['disk']['draft'] / 1e6:,.1f} MB). Building them took "
         f"{built['seconds']:.0f} s and {built['peak_rss'] / 1e6:,.0f} MB peak RSS.",
         f"Vision config: {built['vision']}; image processor: {built['image_processor']}.",
-        f"Pipeline: CPU, default precision; a sample page enlarged and a prompt filled to ~{args.context} tokens; "
-        f"{args.new_tokens} new tokens, no EOS stop; every draft verified (confidence threshold "
+        f"Pipeline: CPU, default precision; {page}, read at {' and '.join(args.modes)} with max_slice_nums="
+        f"{args.max_slice_nums}; {args.new_tokens} new tokens, no EOS stop; every draft verified (confidence threshold "
         f"{CONFIDENCE_THRESHOLD:g}); the second of two identical requests is measured.",
         "",
     ])
@@ -276,9 +327,10 @@ def _notes(tables: dict[str, list[dict]]) -> str:
     loads = ", ".join(f"{row['load_average']:.1f}" for row in runs)
     return "\n".join([
         "",
-        "The draft is random: it is almost never accepted, so tokens/step stays near 1 and the speculative row "
-        "measures what a speculative step costs (draft + Markov head + verifying every draft), not a speedup. "
-        "Acceptance here is meaningless; the point is cost and memory.",
+        "Target and draft are random: a random target may repeat one token, which the random draft then guesses, "
+        "so tokens/step is no measure of the real pair; the speculative row measures what a speculative step costs "
+        "(draft + Markov head + verifying every draft), not a speedup. Acceptance here is meaningless; the point "
+        "is cost and memory.",
         "disk: the exported folder; peak RSS: the process that exported or ran (each its own); export / load: "
         "seconds to export, or to load and compile the pipeline; TTFT: request to first token (vision, prefill and "
         "the host work around them); decode tok/s: tokens after the first per second. "
@@ -294,15 +346,20 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--work", type=Path, default=None,
                         help="folder for the models and IRs (a new folder inside it; default: the system's "
                              "temporary folder); deleted at the end unless --keep")
-    parser.add_argument("--context", type=int, default=1024, help="prompt tokens of the page (image + text)")
+    parser.add_argument("--modes", nargs="+", default=list(DOWNSAMPLE_MODES), choices=DOWNSAMPLE_MODES,
+                        help="image modes to export the target in and run (default: 4x, the recipe, and 16x)")
+    parser.add_argument("--max-slice-nums", type=int, default=RECIPE_SLICES,
+                        help="the most slices of a page (default: the model card's 9)")
+    parser.add_argument("--context", type=int, default=None,
+                        help="read a page and prompt of about this many tokens instead of a full page")
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per run")
     parser.add_argument("--keep", action="store_true", help="keep the models and IRs")
     parser.add_argument("--scale", choices=SCALES, default="real",
                         help="real: MiniCPM-OCR 1.0's sizes; small: a few-MB stand-in (1-2 min per format)")
     args = parser.parse_args(argv)
-    if args.context < 1 or args.new_tokens < 2:
-        parser.error(f"--context={args.context} must be >= 1 and --new-tokens={args.new_tokens} >= 2 "
-                     "(decode tok/s counts the tokens after the first)")
+    if (args.context is not None and args.context < 1) or args.new_tokens < 2 or args.max_slice_nums < 1:
+        parser.error(f"--context={args.context} and --max-slice-nums={args.max_slice_nums} must be >= 1 and "
+                     f"--new-tokens={args.new_tokens} >= 2 (decode tok/s counts the tokens after the first)")
     return args
 
 
@@ -323,9 +380,10 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
         print(f"building the random pair ({args.scale} scale) in {work} ...", file=sys.stderr, flush=True)
         built = _in_child(work, "build", scale=args.scale)
         print(_describe(built, args), flush=True)
-        with tqdm(total=4 * len(args.formats), desc="dry run", unit="step") as progress:
+        with tqdm(total=(1 + 3 * len(args.modes)) * len(args.formats), desc="dry run", unit="step") as progress:
             for weight_format in args.formats:
-                tables[weight_format] = measure_format(work, weight_format, context=args.context,
+                tables[weight_format] = measure_format(work, weight_format, modes=args.modes,
+                                                       max_slice_nums=args.max_slice_nums, context=args.context,
                                                        new_tokens=args.new_tokens, progress=progress)
                 print(format_table(weight_format, tables[weight_format]) + "\n", flush=True)
                 if not args.keep:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -46,11 +47,48 @@ def test_flat_and_nested_configs_read_the_same(tiny_pair):
     assert DSparkConfig.from_dict(flat) == DSparkConfig.from_dict(nested)
 
 
-def test_a_field_with_two_values_is_an_error(tiny_pair):
+def test_a_field_in_both_places_takes_the_trainers_meaning(tiny_pair):
+    """DeepSpec's top-level `block_size` counts the drafts of a step (the block's positions, anchor included);
+    DFlash's `dflash_config.block_size` the verification width, one more. Top level wins; nested alone is converted."""
     config = json.loads((tiny_pair.draft / "config.json").read_text())
-    config["block_size"] = 99
+    config["block_size"], config["dflash_config"]["block_size"] = 15, 16  # the card's 15 drafts, 16 verified
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the two agree: no warning
+        assert DSparkConfig.from_dict(config).block_size == 15
     config["dflash_config"]["block_size"] = 8
-    with pytest.raises(DraftValidationError, match="'block_size' is 99 at top level but 8 in dflash_config"):
+    with pytest.warns(UserWarning, match=r"dflash_config.block_size=8 \(top level: 15\).*top-level value"):
+        assert DSparkConfig.from_dict(config).block_size == 15
+    del config["block_size"]
+    assert DSparkConfig.from_dict(config).block_size == 7
+    config["block_size"] = 15
+    config["mask_token_id"], config["dflash_config"]["mask_token_id"] = 5, 6
+    with pytest.warns(UserWarning, match=r"dflash_config.mask_token_id=6 \(top level: 5\)"):
+        assert DSparkConfig.from_dict(config).mask_token_id == 5
+
+
+@pytest.mark.parametrize("rope, named", [
+    ({"partial_rotary_factor": 0.25}, "partial_rotary_factor=0.25"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}},
+     "partial_rotary_factor=0.25"),
+    ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e7}}, "rope_type='yarn'"),
+    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_type='linear'"),
+])
+def test_rotary_settings_the_draft_does_not_apply_give_one_warning(tiny_pair, rope, named):
+    """The draft follows its trainer (every dimension rotated with rope_theta) and says what it leaves out."""
+    config = json.loads((tiny_pair.draft / "config.json").read_text()) | rope
+    with pytest.warns(UserWarning) as caught:
+        loaded = DSparkConfig.from_dict(config)
+    messages = [str(warning.message) for warning in caught]
+    assert len(messages) == 1 and named in messages[0] and "rotates every dimension" in messages[0], messages
+    assert loaded.head_dim == config["head_dim"]
+
+
+def test_plain_rotary_settings_give_no_warning(tiny_pair):
+    config = json.loads((tiny_pair.draft / "config.json").read_text())
+    config["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 1.0,
+                                 "mrope_section": [2, 1, 1]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         DSparkConfig.from_dict(config)
 
 

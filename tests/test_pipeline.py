@@ -183,7 +183,7 @@ def test_command_line_at_f32_gives_the_target_only_tokens_and_says_its_precision
 def test_stop_set_reads_every_eos_field_and_the_end_of_turn_token(tiny_pair, tmp_path):
     import shutil
 
-    from utils.pipeline.speculative_ocr import stop_token_ids
+    from utils.contract.target import read_stop_token_ids
 
     folder = tmp_path / "target"
     shutil.copytree(tiny_pair.target, folder)
@@ -194,13 +194,50 @@ def test_stop_set_reads_every_eos_field_and_the_end_of_turn_token(tiny_pair, tmp
     config["eos_token_id"] = 11  # top level, as MiniCPM-V 4.6 writes it
     config["text_config"].pop("eos_token_id", None)
     (folder / "config.json").write_text(json.dumps(config))
-    assert stop_token_ids(folder) == tuple(sorted({7, 9, 11, im_end}))
+    assert read_stop_token_ids(folder) == tuple(sorted({7, 9, 11, im_end}))
     (folder / "generation_config.json").unlink()
     config.pop("eos_token_id")
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "tokenizer.json").unlink()
     with pytest.raises(ValueError, match="never stop"):
-        stop_token_ids(folder)
+        read_stop_token_ids(folder)
+
+
+def test_the_target_folder_is_read_once_and_each_part_gets_its_share(pipelines, tiny_ir, monkeypatch):
+    """`ExportedTarget` reads the folder's files; the parts hold the very objects it read, not re-read copies."""
+    import utils.contract.processor as processor_files
+    import utils.contract.target as target_files
+    from utils.contract.target import ExportedTarget
+
+    reads = []
+    original = processor_files.read_json
+    for module in (processor_files, target_files):
+        monkeypatch.setattr(module, "read_json", lambda path: reads.append(path.name) or original(path))
+    target = ExportedTarget.read(tiny_ir[0])
+    assert {"config.json", "processor_config.json", "tokenizer_config.json"} <= set(reads)
+    assert sorted(set(reads)) == sorted(reads)  # no file parsed twice
+    config = json.loads((tiny_ir[0] / "config.json").read_text())
+    assert (target.image_token_id, target.hidden_size) == (config["image_token_id"],
+                                                           config["text_config"]["hidden_size"])
+    _, speculative = pipelines
+    shared = speculative.target
+    assert speculative.preprocess.config is shared.processor.image_processor
+    assert speculative.build_prompt.tokens is shared.processor.tokens
+    assert speculative.language_model.config is shared.language_model
+    assert speculative.eos_token_ids is shared.stop_token_ids and speculative.image_token_id == shared.image_token_id
+
+
+def test_a_target_folder_without_an_image_token_is_refused_in_one_line(tiny_ir, tmp_path):
+    import shutil
+
+    from utils.contract.target import ExportedTarget
+
+    folder = shutil.copytree(tiny_ir[0], tmp_path / "target")
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("image_token_id")
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"config\.json: field 'image_token_id' is missing"):
+        ExportedTarget.read(folder)
 
 
 def test_image_settings_that_overflow_the_context_are_refused_at_load(tiny_ir, tmp_path):

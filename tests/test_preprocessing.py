@@ -198,7 +198,7 @@ SWITCHED_TEMPLATE = (  # the shape of Qwen3.5-family templates: thinking unless 
 
 
 def test_a_template_with_a_thinking_switch_is_rendered_in_non_thinking_mode_unless_asked(tiny_pair):
-    from utils.pipeline.preprocessing.config import load_multimodal_tokens
+    from utils.contract.processor import load_multimodal_tokens
 
     tokens = load_multimodal_tokens(tiny_pair.target)
     template = SWITCHED_TEMPLATE.replace("<image>", tokens.image_token)  # the one image token the template writes

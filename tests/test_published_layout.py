@@ -2,8 +2,9 @@
 
 Each test names the published detail it guards: top-level eos, the thinking switch, `extra_special_tokens` as a
 dict, bf16 tensors, draft fields split between the top level and `dflash_config`, tensors real loaders skip,
-adaptive upsizing and 16x merging. End to end: export, `python -m utils.ocr` at f32 (speculative = target only)
-and the helpers the notebooks call.
+adaptive upsizing and 16x merging. End to end: export (in the files' 16x, and in 4x with 9 slices, the model card's
+serving recipe, chosen at export and recorded in the exported folder), `python -m utils.ocr` at f32 (speculative =
+target only) and the helpers the notebooks call.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from utils.evaluation.pages import sample_pages
 from utils.tiny.published import PUBLISHED_CHAT_TEMPLATE, write_published_layout
 
 PAGES = sample_pages()
+RECIPE_SLICES = 9  # the model card's max_slice_nums
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +36,22 @@ def published_ir(published, tmp_path_factory):
     root = tmp_path_factory.mktemp("published-ir")
     draft = export_draft(published.draft, root / "draft")
     return export_target(published.target, root / "target", draft=published.draft, prefill_chunk=32), draft
+
+
+@pytest.fixture(scope="module")
+def published_ir_4x(published, published_ir, tmp_path_factory):
+    """The published-layout target exported in 4x with 9 slices (the serving recipe; its files say 16x), and the
+    same draft IR: (target folder, draft folder)."""
+    from utils.export.target import export_target
+
+    out = tmp_path_factory.mktemp("published-ir-4x") / "target"
+    return export_target(published.target, out, draft=published.draft, prefill_chunk=32, downsample_mode="4x",
+                         max_slice_nums=RECIPE_SLICES), published_ir[1]
+
+
+def _exported(request, mode: str):
+    """The exported published pair read in `mode`: the files' 16x, or 4x chosen at export."""
+    return request.getfixturevalue("published_ir" if mode == "16x" else "published_ir_4x")
 
 
 def _safetensors_dtypes(path) -> set[str]:
@@ -74,11 +92,11 @@ def test_the_prompt_is_rendered_in_non_thinking_mode_unless_asked(published):
 
 
 def test_the_stop_set_holds_the_top_level_eos_and_the_end_of_turn(published):
-    from utils.pipeline.speculative_ocr import stop_token_ids
+    from utils.contract.target import read_stop_token_ids
 
     added = {token["content"]: token["id"]
              for token in json.loads((published.target / "tokenizer.json").read_text())["added_tokens"]}
-    assert stop_token_ids(published.target) == (added["<|endoftext|>"], added["<|im_end|>"])
+    assert read_stop_token_ids(published.target) == (added["<|endoftext|>"], added["<|im_end|>"])
 
 
 def test_the_draft_loads_with_its_skipped_tensors_and_inferred_flags(published):
@@ -102,38 +120,109 @@ def test_the_export_records_the_published_settings(published_ir):
     assert (draft / "local-to-target.json").is_file()
 
 
-@pytest.mark.parametrize("page", [0, 3, 8])
-def test_command_line_at_f32_reads_the_published_pair_as_target_only(published_ir, tmp_path, capsys, page):
+def test_the_chosen_image_settings_are_recorded_where_every_reader_looks(published, published_ir, published_ir_4x):
+    import openvino as ov
+
+    from utils.contract import DOWNSAMPLE_MODE_RT_INFO_KEY, TARGET_MANIFEST, VISION_EMBEDDINGS_NAME
+    from utils.contract.target import ExportedTarget
+
+    files = json.loads((published.target / "processor_config.json").read_text())["image_processor"]
+    for folder, mode, slices, chosen_by in ((published_ir[0], "16x", files["max_slice_nums"], "files"),
+                                           (published_ir_4x[0], "4x", RECIPE_SLICES, "option")):
+        assert json.loads((folder / "config.json").read_text())["downsample_mode"] == mode
+        processor = json.loads((folder / "processor_config.json").read_text())
+        for section in ("image_processor", "video_processor"):
+            assert (processor[section]["downsample_mode"], processor[section]["max_slice_nums"]) == (mode, slices)
+        vision = ov.Core().read_model(folder / VISION_EMBEDDINGS_NAME)
+        assert vision.get_rt_info(DOWNSAMPLE_MODE_RT_INFO_KEY).astype(str) == mode
+        manifest = json.loads((folder / TARGET_MANIFEST).read_text())["image_processor"]
+        assert manifest == {"downsample_mode": mode, "max_slice_nums": slices,
+                            "chosen_by": {"downsample_mode": chosen_by, "max_slice_nums": chosen_by}}
+        image_processor = ExportedTarget.read(folder).processor.image_processor
+        assert (image_processor.downsample_mode, image_processor.max_slice_nums) == (mode, slices)
+
+
+def test_the_real_checkpoint_is_exported_with_its_model_cards_recipe_unless_told(published, tmp_path):
+    """A folder named as the published repository (where the download puts it, or the hub cache) gets 4x with 9
+    slices, and the export says that it overrides the files; an explicit option wins; another folder keeps its files."""
+    import shutil
+
+    from utils.export.processor_settings import choose_processor_settings
+
+    files = json.loads((published.target / "processor_config.json").read_text())["image_processor"]
+    for name in ("MiniCPM-OCR-1.0", "models--openbmb--MiniCPM-OCR-1.0/snapshots/0123abc"):
+        real = tmp_path / name
+        shutil.copytree(published.target, real, ignore=shutil.ignore_patterns("*.safetensors"))
+        said = []
+        settings = choose_processor_settings(real, report=said.append)
+        assert (settings.downsample_mode, settings.max_slice_nums) == ("4x", RECIPE_SLICES)
+        assert settings.origin == ("openbmb/MiniCPM-OCR-1.0",) * 2
+        assert len(said) == 1 and "model card" in said[0] and "downsample_mode='16x' -> '4x'" in said[0]
+        chosen = choose_processor_settings(real, downsample_mode="16x", report=said.append)
+        assert (chosen.downsample_mode, chosen.max_slice_nums, chosen.origin) == (
+            "16x", RECIPE_SLICES, ("option", "openbmb/MiniCPM-OCR-1.0"))
+    said = []
+    own = choose_processor_settings(published.target, report=said.append)
+    assert (own.downsample_mode, own.max_slice_nums, said) == ("16x", files["max_slice_nums"], [])
+    torn = shutil.copytree(published.target, tmp_path / "torn", ignore=shutil.ignore_patterns("*.safetensors"))
+    config = json.loads((torn / "config.json").read_text())
+    (torn / "config.json").write_text(json.dumps(config | {"downsample_mode": "4x"}))
+    with pytest.raises(ValueError, match=r"config.json says downsample_mode='4x', processor_config.json says '16x'"):
+        choose_processor_settings(torn)
+    assert choose_processor_settings(torn, downsample_mode="16x").downsample_mode == "16x"  # the option decides
+
+
+def test_the_export_command_refuses_image_settings_it_cannot_serve_before_converting(published, tmp_path, capsys):
+    from utils.export.__main__ import main
+
+    common = ["target", "--model", str(published.target), "--out", str(tmp_path / "out"), "--draft",
+              str(published.draft)]
+    with pytest.raises(SystemExit):  # argparse: not a choice
+        main(common + ["--downsample-mode", "64x"])
+    assert "invalid choice: '64x'" in capsys.readouterr().err
+    assert main(common + ["--max-slice-nums", "0"]) == 2
+    assert "max_slice_nums=0 must be a positive integer" in capsys.readouterr().err
+    assert main(common + ["--backend", "optimum", "--downsample-mode", "4x"]) == 2
+    assert "need --backend suite" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("mode, page", [("16x", 0), ("16x", 3), ("16x", 8), ("4x", 3)])
+def test_command_line_at_f32_reads_the_published_pair_as_target_only(request, tmp_path, capsys, mode, page):
     from utils.ocr import main
 
+    target, draft_folder = _exported(request, mode)
     image = tmp_path / "page.png"
     PAGES[page].image.save(image)
-    common = [str(image), "--target", str(published_ir[0]), "--max-new-tokens", "48", "--json", "--device", "CPU",
+    common = [str(image), "--target", str(target), "--max-new-tokens", "48", "--json", "--device", "CPU",
               "--precision", "f32"]
     printed = []
-    for draft in (str(published_ir[1]), "none"):
+    for draft in (str(draft_folder), "none"):
         assert main(common + ["--draft", draft]) == 0
         printed.append(json.loads(capsys.readouterr().out))
     speculative, alone = printed
     assert speculative["tokens"] == alone["tokens"] and speculative["text"] == alone["text"]
 
 
-@pytest.mark.parametrize("page", [3, 5])
-def test_the_pipeline_reads_the_published_pair_as_transformers_does(published, published_ir, page):
-    """Same prompt ids (non-thinking mode, adaptive upsizing, 16x merging, image ids), same prompt embeddings, same
-    greedy tokens up to the stop set (transformers' `generate` does not stop at `<|im_end|>`: the published
+@pytest.mark.parametrize("mode, page", [("16x", 3), ("16x", 5), ("4x", 5)])
+def test_the_pipeline_reads_the_published_pair_as_transformers_does(published, request, mode, page):
+    """Same prompt ids (non-thinking mode, adaptive upsizing, 16x or 4x merging, image ids), same prompt embeddings,
+    same greedy tokens up to the stop set (transformers' `generate` does not stop at `<|im_end|>`: the published
     generation config names no eos, which is why the suite adds the end of turn to the stop set).
 
-    The tiny target was trained in 4x mode without a think block, so in the published settings it answers with a
-    few tokens: what this checks is the reading of the files, not the answer.
+    transformers reads the exported folder's processor files (where the export recorded the mode and the slices)
+    and runs the checkpoint in that mode. The tiny target was trained in 4x mode without a think block, so in 16x it
+    may answer with a few tokens: what this checks is the reading of the files, not the answer.
     """
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
-    processor = AutoProcessor.from_pretrained(published.target)
-    model = AutoModelForImageTextToText.from_pretrained(published.target, dtype=torch.float32).eval()
+    published_ir = _exported(request, mode)
+    processor = AutoProcessor.from_pretrained(published_ir[0])
+    model = AutoModelForImageTextToText.from_pretrained(published.target, dtype=torch.float32,
+                                                        downsample_mode=mode).eval()
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Text Recognition:"}]}]
     text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, enable_thinking=False)
     inputs = processor(images=[PAGES[page].image], text=[text], return_tensors="pt")
@@ -148,9 +237,11 @@ def test_the_pipeline_reads_the_published_pair_as_transformers_does(published, p
     # pixels may differ by one uint8 level on ~1% of values (PIL vs torchvision bicubic: tests/test_preprocessing.py),
     # which moves image features by up to ~2e-4 (measured 1.5e-4); text embeddings are looked up exactly
     np.testing.assert_allclose(pipeline.prompt_embeddings(PAGES[page].image), embeds, atol=1e-3, rtol=0)
-    expected = model.generate(**inputs, max_new_tokens=24, do_sample=False)[0, ids.size:].tolist()
-    result = pipeline.generate(PAGES[page].image, max_new_tokens=24)
-    assert result.tokens == expected[:len(result.tokens)] and result.tokens[-1] in pipeline.eos_token_ids
+    budget = 24
+    expected = model.generate(**inputs, max_new_tokens=budget, do_sample=False)[0, ids.size:].tolist()
+    result = pipeline.generate(PAGES[page].image, max_new_tokens=budget)
+    assert result.tokens == expected[:len(result.tokens)]
+    assert result.tokens[-1] in pipeline.eos_token_ids or len(result.tokens) == budget
 
 
 def test_chat_template_arguments_pass_through_the_command_line(published_ir, tmp_path, capsys, monkeypatch):

@@ -7,7 +7,8 @@ Build side (torch):
 
 The seam:
 - `utils.contract`: the IR contract: file names, port names, rt_info keys, weight formats, the language
-  model's config; export writes by it, the runtime reads by it.
+  model's config; export writes by it, the runtime reads by it. `utils.contract.processor` reads a folder's
+  processor files, `utils.contract.target.ExportedTarget` a whole exported target folder, once.
 - `utils.checkpoint`: the published draft checkpoint layout, validated with numpy.
 
 Inference side (numpy + OpenVINO, no torch):

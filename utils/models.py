@@ -11,6 +11,7 @@ makes its exports stale; they are then re-exported.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 
@@ -56,23 +57,65 @@ def default_ir_pair(models: Path | str | None = None) -> tuple[Path, Path]:
     return target, draft
 
 
-def download_real_pair(models: Path | str | None = None) -> tuple[Path, Path]:
+_PATTERNS = ("*.json", "*.safetensors", "*.jinja", "*.txt", "*.model")  # never pickles or remote code
+
+
+def _probe(repo_id: str, *, timeout: float = 10.0):
+    """(the repository's model info, None), or (None, one line saying why it cannot be fetched now)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, OfflineModeIsEnabled, RepositoryNotFoundError
+
+    try:
+        return HfApi().model_info(repo_id, timeout=timeout), None
+    except GatedRepoError:
+        return None, (f"{repo_id} is gated: accept its conditions on its model page, then log in "
+                      f"(`hf auth login`) or set HF_TOKEN")
+    except RepositoryNotFoundError:
+        return None, f"{repo_id} does not exist, or is private and this login cannot see it"
+    except OfflineModeIsEnabled:
+        return None, f"{repo_id} cannot be fetched: offline mode is on (HF_HUB_OFFLINE)"
+    except Exception as error:  # no network, DNS, proxy, timeout: the hub does not answer
+        detail = (str(error).splitlines() or [""])[0][:160]
+        return None, f"the model hub does not answer for {repo_id} ({type(error).__name__}: {detail})"
+
+
+def _wanted(info) -> list[str]:
+    """The repository's files the suite fetches (`_PATTERNS`), sorted."""
+    return sorted(sibling.rfilename for sibling in info.siblings or ()
+                  if any(fnmatch.fnmatch(sibling.rfilename, pattern) for pattern in _PATTERNS))
+
+
+def download_real_pair(models: Path | str | None = None, *, report=print) -> tuple[Path, Path]:
     """Downloads the real target and draft (needs internet; huggingface_hub shows progress bars).
 
-    Only safetensors, configs, tokenizer and JSON files are fetched: the suite never loads pickles or runs
-    remote code.
+    Both repositories are probed before anything is fetched, so a missing, gated or unreachable one fails at once
+    with one line each. Only safetensors, configs, tokenizer and JSON files are fetched (`_PATTERNS`): the suite
+    never loads pickles or runs remote code. The files fetched are reported per repository.
+
+    Args:
+        models: the models folder (default: `models_dir()`).
+        report: called with one line per repository: its files and folder.
 
     Returns:
         (target folder, draft folder) below the models folder.
+
+    Raises:
+        RuntimeError: one line per repository that cannot be fetched, before any download.
     """
     from huggingface_hub import snapshot_download
 
     models = Path(models) if models is not None else models_dir()
-    patterns = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model"]
+    probes = {repo_id: _probe(repo_id) for repo_id in (REAL_TARGET_ID, REAL_DRAFT_ID)}
+    failures = [reason for _, reason in probes.values() if reason is not None]
+    if failures:
+        raise RuntimeError("cannot download the real pair:\n" + "\n".join(f"- {reason}" for reason in failures))
     folders = []
-    for repo_id in (REAL_TARGET_ID, REAL_DRAFT_ID):
+    for repo_id, (info, _) in probes.items():
         local = models / repo_id.split("/")[-1]
-        folders.append(Path(snapshot_download(repo_id, local_dir=local, allow_patterns=patterns)))
+        folders.append(Path(snapshot_download(repo_id, local_dir=local, allow_patterns=list(_PATTERNS),
+                                              revision=info.sha)))
+        files = _wanted(info)
+        report(f"{repo_id} -> {folders[-1]}: {len(files)} files: {', '.join(files)}")
     return folders[0], folders[1]
 
 
@@ -83,14 +126,7 @@ def hub_unreachable_reason(repo_id: str = REAL_TARGET_ID, *, timeout: float = 10
         repo_id: the repository to ask about.
         timeout: seconds to wait for the answer.
     """
-    from huggingface_hub import HfApi
-
-    try:
-        HfApi().model_info(repo_id, timeout=timeout)
-    except Exception as error:  # any failure means "not now": offline mode, no network, no such repository
-        detail = (str(error).splitlines() or [""])[0][:160]
-        return f"the model hub does not answer for {repo_id} ({type(error).__name__}: {detail})"
-    return None
+    return _probe(repo_id, timeout=timeout)[1]
 
 
 def real_ir_pair(models: Path | str | None = None, *, target_format: str = "int8",

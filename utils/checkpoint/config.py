@@ -1,13 +1,38 @@
-"""The DSpark draft's `config.json`, read flat or with fields nested under `dflash_config`.
+"""The DSpark draft's `config.json`, read flat or with fields nested under `dflash_config`, as its trainer meant them.
 
-The published openbmb/MiniCPM-OCR-1.0-DSpark nests target layer ids, the mask token and the Markov rank
-under `dflash_config`; DeepSpec writes them flat. Both are accepted; a field given in both places with two
-values is an error.
+Where the fields live. DeepSpec, which trains DSpark drafts, writes every DSpark field at the top level:
+`build_draft_config` (deepspec/modeling/dspark/qwen3/config.py) copies the target's config and sets
+`block_size`, `mask_token_id`, `target_layer_ids`, `markov_rank`, `markov_head_type`, `enable_confidence_head` and
+`confidence_head_with_markov` on it, and `Qwen3DSparkModel` (deepspec/modeling/dspark/qwen3/modeling.py) reads
+them from there. DFlash-family checkpoints and the published openbmb/MiniCPM-OCR-1.0-DSpark nest some of them
+under `dflash_config`, which vLLM's DFlash/DSpark loader reads first (vllm/model_executor/models/qwen3_dflash.py:
+`dflash_config.get("mask_token_id", config.mask_token_id)`; vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:
+`get_eagle3_aux_layers_from_config` takes `dflash_config.target_layer_ids` before the top-level ids) and which
+sizes a DSpark block by the request's `num_speculative_tokens` (vllm/v1/spec_decode/dspark.py: the anchor, then
+masks, one draft per position). The draft's weights were trained with DeepSpec's reading.
+
+Each field that may appear in both places, what it means, and which wins:
+- `block_size`: at the top level, the positions of a DSpark block, the anchor included; every position predicts
+  one token (the anchor's the first), so it is also the **drafts per step** (DeepSpec's evaluator proposes
+  `block_size` tokens and verifies them with the anchor: `block_size + 1` target positions; the real draft: 15).
+  `dflash_config.block_size` is DFlash's block, the **verification width**: anchor + drafts, one more. The top
+  level wins; a nested value alone means `nested - 1` drafts; nested = top + 1 agrees (no warning).
+- `target_layer_ids` (target decoder layers whose outputs `fc` concatenates, in order; layer i is HF
+  `hidden_states[i + 1]`), `mask_token_id` (the target id filling the block after the anchor), `markov_rank` (r of
+  the Markov head, 0 for none), `markov_head_type` ("vanilla"), `enable_confidence_head`,
+  `confidence_head_with_markov` (the head reads `[h ; markov_w1[prev]]`, not `h` alone): one meaning in both
+  places; the top level wins, with a warning naming the ignored value.
+
+A field only under `dflash_config` is read from there. Rotary embedding: DeepSpec's draft uses transformers'
+`Qwen3RotaryEmbedding`, which for the default rope type rotates every dimension of `head_dim` with `rope_theta`
+and ignores a `partial_rotary_factor` the copied target config carries (vLLM's `get_rope` would honour it); the
+suite follows the trainer and warns once when the config names a partial factor or a rope type it does not apply.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +41,7 @@ __all__ = ["DRAFT_CONFIG", "INFERABLE", "DSparkConfig", "DraftValidationError", 
 DRAFT_CONFIG = "config.json"
 _NESTABLE = ("target_layer_ids", "mask_token_id", "block_size", "markov_rank", "markov_head_type",
              "enable_confidence_head", "confidence_head_with_markov")
+_APPLIED_ROPE_TYPES = ("default",)  # rotary types the draft applies (plain RoPE over every dimension)
 # Fields a published config.json may leave out although the tensors imply them (`checkpoint.load_draft_checkpoint`
 # reads them from the tensors then): head_dim (256 for the real draft, not hidden / heads = 128) and the
 # confidence-head flags.
@@ -96,8 +122,13 @@ class DSparkConfig:
 
     @classmethod
     def from_dict(cls, raw: dict, *, source: str = DRAFT_CONFIG) -> "DSparkConfig":
-        """Reads a config dict (flat or nested) and checks every field the draft depends on."""
+        """Reads a config dict (flat or nested, see the module's table) and checks every field the draft depends on.
+
+        Warns (once per message) when a field has two values, or the rotary settings name what the draft does not
+        apply; the trainer's reading is used.
+        """
         fields = _flatten(raw, source)
+        _warn_about_rope(fields, source)
 
         def need(name):
             if name not in fields:
@@ -174,11 +205,34 @@ class DSparkConfig:
 
 
 def _flatten(raw: dict, source: str) -> dict:
-    nested = raw.get("dflash_config") or {}
+    """The fields with the nested ones merged in as the module's table says: top level first; a nested
+    `block_size` (a verification width) becomes drafts per step."""
+    nested = dict(raw.get("dflash_config") or {})
     fields = {key: value for key, value in raw.items() if key != "dflash_config"}
+    if "block_size" in nested:
+        nested["block_size"] = int(nested["block_size"]) - 1
+    ignored = [f"dflash_config.{key}={raw['dflash_config'][key]!r} (top level: {fields[key]!r})"
+               for key, value in nested.items() if key in fields and key in _NESTABLE and fields[key] != value]
+    if ignored:
+        warnings.warn(f"{source}: {'; '.join(ignored)}: using the top-level value of each, as the trainer (DeepSpec) "
+                      f"reads them", UserWarning, stacklevel=3)
     for key, value in nested.items():
-        if key in fields and key in _NESTABLE and fields[key] != value:
-            raise DraftValidationError(f"{source}: '{key}' is {fields[key]!r} at top level but {value!r} in "
-                                       f"dflash_config")
         fields.setdefault(key, value)
     return fields
+
+
+def _warn_about_rope(fields: dict, source: str) -> None:
+    """One warning naming the rotary settings the draft does not apply (it follows DeepSpec's trainer: every
+    dimension rotated with `rope_theta`)."""
+    parameters = fields.get("rope_parameters") or fields.get("rope_scaling") or {}
+    named = []
+    factor = fields.get("partial_rotary_factor", parameters.get("partial_rotary_factor"))
+    if factor is not None and float(factor) != 1.0:
+        named.append(f"partial_rotary_factor={factor}")
+    rope_type = parameters.get("rope_type", parameters.get("type"))
+    if rope_type is not None and rope_type not in _APPLIED_ROPE_TYPES:
+        named.append(f"rope_type={rope_type!r}")
+    if named:
+        warnings.warn(f"{source}: {', '.join(named)} is not applied: the draft rotates every dimension of head_dim "
+                      f"with rope_theta, as DeepSpec trains it (transformers' Qwen3RotaryEmbedding, default type)",
+                      UserWarning, stacklevel=3)

@@ -74,12 +74,13 @@ class LanguageModelSession:
     Arrays returned by the public methods are copies owned by the caller.
     """
 
-    def __init__(self, folder: Path | str, *, device: str = "CPU", properties: dict | None = None,
-                 max_length: int = 8192, core: ov.Core | None = None):
+    def __init__(self, folder: Path | str, *, config: LanguageModelConfig | None = None, device: str = "CPU",
+                 properties: dict | None = None, max_length: int = 8192, core: ov.Core | None = None):
         """Compiles the IR once and creates its infer request.
 
         Args:
             folder: a folder written by `export_language_model`.
+            config: its `LANGUAGE_MODEL_CONFIG`, when the caller has read it (`utils.contract.target.ExportedTarget`).
             device: OpenVINO device ("CPU", "GPU", "AUTO", ...).
             properties: compile properties (`utils.engine.device.compile_properties`; None: OpenVINO's
                 defaults; parity needs {"INFERENCE_PRECISION_HINT": "f32"}, as this CPU otherwise runs bf16).
@@ -87,7 +88,7 @@ class LanguageModelSession:
             core: an `ov.Core` to share; the process's (`openvino_core()`) by default.
         """
         folder = Path(folder)
-        config = LanguageModelConfig.read(folder)
+        config = config or LanguageModelConfig.read(folder)
         if max_length < 1:
             raise ValueError(f"max_length={max_length} must be >= 1")
         self.config = config

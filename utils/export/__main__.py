@@ -1,9 +1,14 @@
 """Command line: export the target or the draft to OpenVINO IR.
 
-    python -m utils.export target --model SRC --out DIR [--draft DRAFT] [--weight-format fp32|fp16|int8|int4] ...
+    python -m utils.export target --model SRC --out DIR [--draft DRAFT] [--weight-format fp32|fp16|int8|int4]
+                                  [--downsample-mode 4x|16x] [--max-slice-nums N] ...
     python -m utils.export draft --model SRC --out DIR [--weight-format fp32|fp16|int8|int4] [--overwrite]
 
 int8/int4 are NNCF weight compression (`utils.export.compression`): INT4 keeps the lm_head INT8.
+
+`--downsample-mode` and `--max-slice-nums` size a page's image tokens; by default the checkpoint's own, except for
+openbmb/MiniCPM-OCR-1.0, which is exported with its model card's serving recipe (4x, 9 slices), said when it
+overrides the files (`utils.export.processor_settings`). The choice is recorded in the exported folder.
 
 `--backend optimum` runs `optimum-cli export openvino` instead, when the installed optimum-intel can export
 the model (a capability probe decides; otherwise the command says why and exits 2).
@@ -20,6 +25,7 @@ import sys
 from pathlib import Path
 
 from utils.contract import DRAFT_MODEL, MARKOV_HEAD_MODEL, WEIGHT_FORMATS
+from utils.contract.processor import DOWNSAMPLE_MODES
 from utils.files import folder_size
 
 __all__ = ["add_draft_command", "add_target_command", "main"]
@@ -54,10 +60,15 @@ def _run_draft(args: argparse.Namespace) -> int:
 def _run_target(args: argparse.Namespace) -> int:
     from utils.export.target import export_target
 
+    if args.backend == "optimum" and (args.downsample_mode or args.max_slice_nums):
+        print("error: --downsample-mode and --max-slice-nums need --backend suite (optimum-cli exports the files' "
+              "settings)", file=sys.stderr)
+        return 2
     return _run(args, lambda: export_target(args.model, args.out, draft=args.draft,
                                             hidden_layer_ids=args.hidden_layer_ids, verify_length=args.verify_length,
                                             prefill_chunk=args.prefill_chunk, weight_format=args.weight_format,
-                                            overwrite=args.overwrite))
+                                            downsample_mode=args.downsample_mode,
+                                            max_slice_nums=args.max_slice_nums, overwrite=args.overwrite))
 
 
 def _add_common_arguments(parser, *, weight_formats: tuple[str, ...], model_help: str) -> None:
@@ -81,6 +92,11 @@ def add_target_command(subparsers) -> None:
     parser.add_argument("--hidden-layer-ids", type=int, nargs="+", help="target layers to output (default: the draft's)")
     parser.add_argument("--verify-length", type=int, help="tokens per verification (default: draft block size + 1)")
     parser.add_argument("--prefill-chunk", type=int, default=128, help="tokens per prefill call")
+    parser.add_argument("--downsample-mode", choices=DOWNSAMPLE_MODES,
+                        help="image tokens per 2x2 (4x) or 4x4 (16x) patches (default: the checkpoint's own; 4x for "
+                             "openbmb/MiniCPM-OCR-1.0, its model card's recipe)")
+    parser.add_argument("--max-slice-nums", type=int,
+                        help="the most slices of a page (default: the checkpoint's own; 9 for openbmb/MiniCPM-OCR-1.0)")
     parser.set_defaults(handler=_run_target)
 
 

@@ -9,6 +9,11 @@ The folder holds:
     config.json, generation_config.json    copied from the source
     openvino_target_export.json            what was exported, from where, with which options
 
+The image-processor settings that size a page (`downsample_mode`, `max_slice_nums`) are chosen at export
+(`utils.export.processor_settings`: the files', the model card's recipe for openbmb/MiniCPM-OCR-1.0, or the
+caller's), the vision IR is converted in that mode, and the choice is written into the folder's config.json and
+processor files, so the runtime reads it with everything else (`utils.contract.target.ExportedTarget`).
+
 The language model outputs the hidden states of the layers a draft reads, so the export needs the draft's
 `target_layer_ids` (from `--draft`, or given explicitly).
 """
@@ -61,7 +66,8 @@ def _layer_ids_and_verify_length(source: Path, draft: Path | None, hidden_layer_
 
 def export_target(source: Path | str, out: Path | str, *, draft: Path | str | None = None,
                   hidden_layer_ids: list[int] | None = None, verify_length: int | None = None,
-                  prefill_chunk: int = 128, weight_format: str = "fp32", overwrite: bool = False) -> Path:
+                  prefill_chunk: int = 128, weight_format: str = "fp32", downsample_mode: str | None = None,
+                  max_slice_nums: int | None = None, overwrite: bool = False) -> Path:
     """Exports a MiniCPM-OCR folder (tiny or `openbmb/MiniCPM-OCR-1.0`) to an IR folder, atomically.
 
     Args:
@@ -74,6 +80,9 @@ def export_target(source: Path | str, out: Path | str, *, draft: Path | str | No
         weight_format: `fp32`, `fp16`, `int8` or `int4`: NNCF compresses each IR in memory before it is saved
             (INT4 for the language models with the lm_head in INT8; INT8 for everything else:
             `utils.export.compression`), so no fp32 copy is written.
+        downsample_mode: "4x" or "16x" (default: the model card's recipe for openbmb/MiniCPM-OCR-1.0, else the
+            checkpoint's own).
+        max_slice_nums: the most slices of a page (default: as `downsample_mode`).
         overwrite: replace an existing `out`.
 
     Returns:
@@ -83,6 +92,7 @@ def export_target(source: Path | str, out: Path | str, *, draft: Path | str | No
     from transformers import AutoModelForImageTextToText
 
     from utils.export.language_model import export_language_model
+    from utils.export.processor_settings import choose_processor_settings, write_processor_settings
     from utils.export.tokenizer import export_tokenizer
     from utils.export.vision import convert_text_embeddings, convert_vision_embeddings
 
@@ -94,13 +104,15 @@ def export_target(source: Path | str, out: Path | str, *, draft: Path | str | No
         raise FileExistsError(f"{out} already exists; pass overwrite=True to replace it")
     layer_ids, verify_length = _layer_ids_and_verify_length(source, draft and Path(draft), hidden_layer_ids,
                                                            verify_length)
+    settings = choose_processor_settings(source, downsample_mode=downsample_mode, max_slice_nums=max_slice_nums)
     start = time.perf_counter()
     model = AutoModelForImageTextToText.from_pretrained(source, dtype="float32").eval()
     steps = [
         ("language model", lambda folder: export_language_model(
             model, folder, hidden_layer_ids=layer_ids, verify_length=verify_length, prefill_chunk=prefill_chunk,
             weight_format=weight_format)),
-        ("vision", lambda folder: save_ir(convert_vision_embeddings(model), folder / VISION_EMBEDDINGS_NAME,
+        ("vision", lambda folder: save_ir(convert_vision_embeddings(model, settings.downsample_mode),
+                                          folder / VISION_EMBEDDINGS_NAME,
                                           weight_format=weight_format)),
         ("embeddings", lambda folder: save_ir(convert_text_embeddings(model), folder / TEXT_EMBEDDINGS_NAME,
                                               weight_format=weight_format)),
@@ -112,9 +124,10 @@ def export_target(source: Path | str, out: Path | str, *, draft: Path | str | No
         for name in _COPIED:
             if (source / name).is_file():
                 shutil.copy2(source / name, staging / name)
+        write_processor_settings(staging, settings)
         manifest = {"source": str(source), "weight_format": weight_format, "hidden_layer_ids": layer_ids,
                     "verify_length": verify_length, "prefill_chunk": prefill_chunk,
-                    "draft": None if draft is None else str(draft),
+                    "draft": None if draft is None else str(draft), "image_processor": settings.as_dict(),
                     "export_seconds": round(time.perf_counter() - start, 1)}
         (staging / TARGET_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return out

@@ -11,11 +11,9 @@ import shutil
 from pathlib import Path
 
 from utils.contract import DETOKENIZER_NAME, TOKENIZER_NAME
+from utils.contract.processor import PROCESSOR_FILES
 
-__all__ = ["PROCESSOR_FILES", "export_tokenizer"]
-
-# Image-processor settings copied as they are (whichever the source has).
-PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+__all__ = ["export_tokenizer"]
 
 
 def export_tokenizer(source: Path | str, out: Path | str) -> tuple[Path, Path]:
@@ -38,7 +36,7 @@ def export_tokenizer(source: Path | str, out: Path | str) -> tuple[Path, Path]:
     tokenizer, detokenizer = convert_tokenizer(hf_tokenizer, with_detokenizer=True)
     out.mkdir(parents=True, exist_ok=True)
     hf_tokenizer.save_pretrained(out)
-    for name in PROCESSOR_FILES:
+    for name in PROCESSOR_FILES:  # copied as they are (whichever the source has); `export_target` records its choice
         if (Path(source) / name).is_file():
             shutil.copyfile(Path(source) / name, out / name)
     paths = out / TOKENIZER_NAME, out / DETOKENIZER_NAME

@@ -7,7 +7,8 @@ sequence would need a block-diagonal attention mask, quadratic in all patches of
 share one patch grid (the slices of an image always do) with the height, width and batch dynamic, and
 the runtime's `VisionEncoder` feeds it the overview and the slices of a `PreprocessedImage` in order.
 
-`downsample_mode` (config.json) decides the image tokens: "4x" merges 2 x 2 patches into one token (the merger
+`downsample_mode` (config.json's, or the one `export_target` chose: `utils.export.processor_settings`) decides
+the image tokens: "4x" merges 2 x 2 patches into one token (the merger
 MLP alone); "16x" first merges 2 x 2 patches inside the encoder, after layer `insert_layer_id` (the ViT window
 merger: attention within each 2 x 2 window, then an MLP over the window), so the later layers and the merger MLP
 see a quarter of the patches and one token covers 4 x 4 patches. The mode is recorded in the IR's rt_info
@@ -64,9 +65,9 @@ class VisionEmbeddingsWrapper(torch.nn.Module):
     "16x" insert merger (one 2 x 2 window per batch row) and the window merges.
     """
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, downsample_mode: str | None = None) -> None:
         super().__init__()
-        self.downsample_mode = model.config.downsample_mode
+        self.downsample_mode = downsample_mode or model.config.downsample_mode
         self.vision_tower = model.model.vision_tower
         self.insert_layer_id = _insert_layer_id(self.downsample_mode, self.vision_tower.config)
         self.merger = model.model.merger
@@ -145,15 +146,17 @@ def _convert(module: torch.nn.Module, *, example: dict[str, torch.Tensor], shape
     return ov_model
 
 
-def convert_vision_embeddings(model):
-    """The vision tower + merger as an `ov.Model` (the vision IR, not yet saved), in config.json's `downsample_mode`.
+def convert_vision_embeddings(model, downsample_mode: str | None = None):
+    """The vision tower + merger as an `ov.Model` (the vision IR, not yet saved).
 
     Args:
         model: a loaded `MiniCPMOcrForConditionalGeneration` (eval mode).
+        downsample_mode: "4x" (the window merger is skipped, as transformers does in that mode) or "16x"; None:
+            config.json's.
     """
     import openvino as ov
 
-    wrapper = VisionEmbeddingsWrapper(model).eval()
+    wrapper = VisionEmbeddingsWrapper(model, downsample_mode).eval()
     patch = model.config.vision_config.patch_size
     window = (1, 1) if wrapper.insert_layer_id is None else wrapper.vision_tower.vit_merger.window_kernel_size
     grid = [2 * size * step for size, step in zip(model.config.merge_kernel_size, window)]  # 2 tokens per side

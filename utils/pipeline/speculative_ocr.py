@@ -12,13 +12,13 @@ target's own greedy output, token for token.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from utils.contract.target import ExportedTarget
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD, SpeculativeDecoder
 from utils.engine.device import compile_properties, inference_precision, resolve_device
 from utils.engine.draft import DSparkProposer
@@ -27,10 +27,9 @@ from utils.engine.proposal import Proposer
 from utils.engine.timing import StageTimer
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
-__all__ = ["STOP_TOKENS", "OcrResult", "SpeculativeOcrPipeline", "TextStreamer", "stop_token_ids"]
+__all__ = ["OcrResult", "SpeculativeOcrPipeline", "TextStreamer"]
 
 TEXT_AND_ANSWER_RESERVE = 1024  # context tokens kept for the prompt's text and the answer beside the image
-STOP_TOKENS = ("<|im_end|>",)  # the end of a chat turn stops an answer whatever eos_token_id says
 
 
 class TextStreamer:
@@ -93,23 +92,25 @@ class SpeculativeOcrPipeline:
         from utils.pipeline.preprocessing import ChatPromptBuilder, ImagePreprocessor
         from utils.pipeline.vision import TextEmbeddings, VisionEncoder
 
-        self.target_folder = Path(target)
+        self.target = ExportedTarget.read(target)  # the folder's files, read once and handed to each part
+        self.target_folder = self.target.folder
         self.device = resolve_device(device)
         properties = compile_properties(self.device, precision=precision, cache_dir=cache_dir)
-        self.preprocess = ImagePreprocessor.from_pretrained(self.target_folder)
-        self.build_prompt = ChatPromptBuilder.from_pretrained(self.target_folder, template_kwargs=chat_template_kwargs)
+        self.preprocess = ImagePreprocessor.from_processor(self.target.processor)
+        self.build_prompt = ChatPromptBuilder.from_processor(self.target.processor,
+                                                             template_kwargs=chat_template_kwargs)
         self.tokenizer = ov_genai.Tokenizer(str(self.target_folder))
         self.vision = VisionEncoder(self.target_folder, self.device, properties=properties,
                                     image_processor=self.preprocess.config)
         self.embed = TextEmbeddings(self.target_folder, self.device, properties=properties)
-        self.language_model = LanguageModelSession(self.target_folder, device=self.device, properties=properties)
+        self.language_model = LanguageModelSession(self.target_folder, config=self.target.language_model,
+                                                   device=self.device, properties=properties)
         self._check_context_fits(self.preprocess.config)
         self.precision, self.draft_precision = precision, draft_precision
         self.draft_inference_precision = ""  # what the draft's device runs, once a draft is attached
         self.inference_precision = inference_precision(self.vision.compiled)  # what the device really runs
-        config = json.loads((self.target_folder / "config.json").read_text())
-        self.image_token_id = int(config["image_token_id"])
-        self.eos_token_ids = stop_token_ids(self.target_folder)
+        self.image_token_id = self.target.image_token_id
+        self.eos_token_ids = self.target.stop_token_ids
         self.proposer, self.block_size = proposer, block_size
         if draft is not None:
             if proposer is not None:
@@ -126,15 +127,16 @@ class SpeculativeOcrPipeline:
                 f"{config.source}: max_slice_nums={config.max_slice_nums} lets one "
                 f"page take up to {config.max_image_tokens} image tokens, more than the {room} the "
                 f"{self.language_model.max_length}-token context leaves beside the text and the answer; supported: "
-                f"max_slice_nums <= {room // config.max_tokens_per_tile - 1}")
+                f"max_slice_nums <= {room // config.max_tokens_per_tile - 1} (export the target again with "
+                f"--max-slice-nums)")
 
     def _attach_draft(self, folder: Path, properties: dict) -> None:
         from utils.checkpoint.config import DSparkConfig
         from utils.checkpoint.draft import TargetSpec, check_config_fits_target
 
         config_path = folder / "config.json"
-        check_config_fits_target(DSparkConfig.from_folder(folder), TargetSpec.from_folder(self.target_folder),
-                                 source=str(config_path))
+        target = TargetSpec(self.target.hidden_size, self.target.vocab_size, self.target.num_hidden_layers)
+        check_config_fits_target(DSparkConfig.from_folder(folder), target, source=str(config_path))
         self.proposer = DSparkProposer.load(folder, self.device, properties=properties, embed=self.embed)
         info = self.proposer.info
         if list(info.target_layer_ids) != self.language_model.hidden_layer_ids:
@@ -218,26 +220,3 @@ class SpeculativeOcrPipeline:
     def _front_end_openvino_seconds(self) -> float:
         """Seconds inside the vision and text-embedding IRs so far (the decoder counts its own)."""
         return self.vision.clock.seconds + self.embed.clock.seconds
-
-
-def stop_token_ids(folder: Path | str) -> tuple[int, ...]:
-    """The stop set: every `eos_token_id` of generation_config.json and config.json (top level, where
-    MiniCPM-V 4.6 keeps it, and text_config), and the ids of the chat's end-of-turn tokens (`STOP_TOKENS`)."""
-    folder = Path(folder)
-    sources = [(folder / "generation_config.json", ()), (folder / "config.json", ()),
-               (folder / "config.json", ("text_config",))]
-    ids = set()
-    for path, keys in sources:
-        config = json.loads(path.read_text()) if path.is_file() else {}
-        for key in keys:
-            config = config.get(key, {})
-        eos = config.get("eos_token_id")
-        ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
-    tokenizer = folder / "tokenizer.json"
-    if tokenizer.is_file():
-        added = json.loads(tokenizer.read_text()).get("added_tokens", [])
-        ids.update(token["id"] for token in added if token.get("content") in STOP_TOKENS)
-    if not ids:
-        raise ValueError(f"{folder}: no eos_token_id in generation_config.json or config.json, and no "
-                         f"{list(STOP_TOKENS)} in tokenizer.json: the answer would never stop")
-    return tuple(sorted(int(token) for token in ids))

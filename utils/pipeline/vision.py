@@ -19,7 +19,7 @@ from utils.contract import (DOWNSAMPLE_MODE_RT_INFO_KEY, INPUT_IDS, PIXEL_VALUES
                             VISION_EMBEDDINGS_NAME)
 from utils.engine.device import openvino_core
 from utils.engine.timing import Clock
-from utils.pipeline.preprocessing.config import ImageProcessorConfig
+from utils.contract.processor import ImageProcessorConfig
 
 __all__ = ["VisionEncoder", "TextEmbeddings", "split_tiles"]
 

@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from .config import ImageProcessorConfig, MultimodalTokens, load_image_processor_config, load_multimodal_tokens
+from utils.contract.processor import (ImageProcessorConfig, MultimodalTokens, TargetProcessor,
+                                      load_image_processor_config, load_multimodal_tokens)
+
 from .glyphs import adaptive_upsize_resolution
 from .image_io import MAX_IMAGE_PIXELS, ImageSource, load_rgb_image
 from .slicing import find_best_resize, get_refine_size, get_sliced_grid
@@ -81,6 +83,16 @@ class ImagePreprocessor:
         self.config = config
         self.tokens = tokens
         self.max_pixels = max_pixels
+
+    @classmethod
+    def from_processor(cls, processor: TargetProcessor, *, max_pixels: int = MAX_IMAGE_PIXELS) -> ImagePreprocessor:
+        """The preprocessing of a folder's processor files, read once (`utils.contract.processor`).
+
+        Args:
+            processor: the image settings and multimodal tokens of a MiniCPM-OCR folder.
+            max_pixels: the largest input image (width x height) accepted.
+        """
+        return cls(processor.image_processor, tokens=processor.tokens, max_pixels=max_pixels)
 
     @classmethod
     def from_pretrained(cls, folder: Path | str, *, max_pixels: int = MAX_IMAGE_PIXELS) -> ImagePreprocessor:

@@ -18,44 +18,12 @@ from pathlib import Path
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .config import MultimodalTokens, load_image_processor_config, load_multimodal_tokens, read_json
+from utils.contract.processor import MultimodalTokens, TargetProcessor, read_target_processor
 
-__all__ = ["DEFAULT_PROMPT", "NON_THINKING", "ChatPromptBuilder", "load_chat_template"]
+__all__ = ["DEFAULT_PROMPT", "NON_THINKING", "ChatPromptBuilder"]
 
 DEFAULT_PROMPT = "Text Recognition:"  # MiniCPM-OCR's own instruction; the one definition of the suite
 NON_THINKING = {"enable_thinking": False}  # applied to templates that mention the switch
-_SPECIAL_TOKEN_FIELDS = ("bos_token", "eos_token", "pad_token", "unk_token")
-
-
-def _template_text(value: object, *, source: Path) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        named = {entry.get("name"): entry.get("template") for entry in value if isinstance(entry, dict)}
-        if isinstance(named.get("default"), str):
-            return named["default"]
-    raise ValueError(f"{source}: 'chat_template' must be a string or a list with a 'default' template")
-
-
-def load_chat_template(folder: Path | str) -> str:
-    """The chat template of a model folder: chat_template.jinja, chat_template.json or tokenizer_config.json.
-
-    Args:
-        folder: a model folder.
-
-    Returns:
-        The jinja source.
-    """
-    folder = Path(folder)
-    jinja_file = folder / "chat_template.jinja"
-    if jinja_file.is_file():
-        return jinja_file.read_text(encoding="utf-8")
-    for name in ("chat_template.json", "tokenizer_config.json"):
-        path = folder / name
-        if path.is_file() and "chat_template" in (config := read_json(path)):
-            return _template_text(config["chat_template"], source=path)
-    raise ValueError(f"{folder} has no chat template (chat_template.jinja, chat_template.json or "
-                     "'chat_template' in tokenizer_config.json)")
 
 
 def _raise_exception(message: str) -> None:
@@ -91,19 +59,21 @@ class ChatPromptBuilder:
         self.template_kwargs = (NON_THINKING if "enable_thinking" in template else {}) | (template_kwargs or {})
 
     @classmethod
-    def from_pretrained(cls, folder: Path | str, *, template_kwargs: dict | None = None) -> ChatPromptBuilder:
-        """Reads the chat template, tokens and `use_image_id` from a model folder.
+    def from_processor(cls, processor: TargetProcessor, *, template_kwargs: dict | None = None) -> ChatPromptBuilder:
+        """The builder of a folder's processor files, read once (`utils.contract.processor.read_target_processor`).
 
         Args:
-            folder: a MiniCPM-OCR model folder.
+            processor: the template, tokens, `use_image_id` and special tokens of a MiniCPM-OCR folder.
             template_kwargs: extra chat-template arguments (e.g. `{"enable_thinking": True}`).
         """
-        tokenizer_config = read_json(Path(folder) / "tokenizer_config.json")
-        special_tokens = {name: value for name in _SPECIAL_TOKEN_FIELDS
-                          if isinstance(value := tokenizer_config.get(name), str)}
-        return cls(load_chat_template(folder), tokens=load_multimodal_tokens(folder),
-                   use_image_id=load_image_processor_config(folder).use_image_id, special_tokens=special_tokens,
+        return cls(processor.chat_template, tokens=processor.tokens,
+                   use_image_id=processor.image_processor.use_image_id, special_tokens=processor.special_tokens,
                    template_kwargs=template_kwargs)
+
+    @classmethod
+    def from_pretrained(cls, folder: Path | str, *, template_kwargs: dict | None = None) -> ChatPromptBuilder:
+        """Reads the chat template, tokens and `use_image_id` from a model folder (`from_processor`)."""
+        return cls.from_processor(read_target_processor(folder), template_kwargs=template_kwargs)
 
     def __call__(self, placeholders: list[str], *, prompt: str = DEFAULT_PROMPT) -> str:
         """A user turn with the images then `prompt`, followed by the assistant's generation prompt.

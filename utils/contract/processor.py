@@ -1,8 +1,12 @@
-"""Image-processor settings and multimodal token strings, read from a MiniCPM-OCR model folder.
+"""The processor files of a MiniCPM-OCR folder (source or export): image settings, multimodal tokens, chat template.
 
 Every size and token the preprocessing uses comes from these files, so the same code serves the tiny pair and
 `openbmb/MiniCPM-OCR-1.0`. A field missing from the file takes the default of transformers'
 `MiniCPMOcrImageProcessor`, which is what `AutoProcessor` would use for the same folder.
+
+`read_target_processor` reads them all once into a `TargetProcessor`; the exporter writes the chosen
+`downsample_mode` and `max_slice_nums` into the same files (`PROCESSOR_FILES`), so transformers, GenAI and the
+runtime read one setting.
 """
 
 from __future__ import annotations
@@ -11,8 +15,15 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ImageProcessorConfig", "MultimodalTokens", "load_image_processor_config", "load_multimodal_tokens",
-           "read_json"]
+__all__ = ["PROCESSOR_CONFIG", "PREPROCESSOR_CONFIG", "PROCESSOR_FILES", "PROCESSOR_SECTIONS", "DOWNSAMPLE_MODES",
+           "ImageProcessorConfig", "MultimodalTokens", "TargetProcessor", "load_image_processor_config",
+           "load_multimodal_tokens", "load_chat_template", "read_target_processor", "read_json"]
+
+PROCESSOR_CONFIG = "processor_config.json"  # sections "image_processor" (and "video_processor")
+PREPROCESSOR_CONFIG = "preprocessor_config.json"  # the image processor's fields at the top level
+PROCESSOR_FILES = (PROCESSOR_CONFIG, PREPROCESSOR_CONFIG)
+PROCESSOR_SECTIONS = ("image_processor", "video_processor")  # of PROCESSOR_CONFIG
+TOKENIZER_CONFIG = "tokenizer_config.json"  # the multimodal and special token strings, maybe the chat template
 
 # Class defaults of transformers' `MiniCPMOcrImageProcessor` (used only for fields a config file omits).
 _IMAGE_PROCESSOR_DEFAULTS = {
@@ -32,6 +43,8 @@ _IMAGE_PROCESSOR_DEFAULTS = {
     "resample": 3,
 }
 _PATCHES_PER_TOKEN = {"4x": 4, "16x": 16}  # transformers' `image_token_divisor`
+DOWNSAMPLE_MODES = tuple(_PATCHES_PER_TOKEN)
+_SPECIAL_TOKEN_FIELDS = ("bos_token", "eos_token", "pad_token", "unk_token")
 _SUPPORTED_UPSIZE_MODES = ("always", "never", "adaptive")
 _TOKEN_FIELDS = ("image_token", "image_start_token", "image_end_token", "slice_start_token", "slice_end_token",
                  "image_id_start_token", "image_id_end_token")
@@ -111,12 +124,12 @@ def read_json(path: Path) -> dict:
 
 
 def _image_processor_fields(folder: Path) -> tuple[dict, Path]:
-    processor_file = folder / "processor_config.json"
+    processor_file = folder / PROCESSOR_CONFIG
     if processor_file.is_file():
-        section = read_json(processor_file).get("image_processor")
+        section = read_json(processor_file).get(PROCESSOR_SECTIONS[0])
         if isinstance(section, dict):
             return section, processor_file
-    preprocessor_file = folder / "preprocessor_config.json"
+    preprocessor_file = folder / PREPROCESSOR_CONFIG
     if preprocessor_file.is_file():
         return read_json(preprocessor_file), preprocessor_file
     raise ValueError(f"{folder} has neither processor_config.json with an 'image_processor' section "
@@ -152,21 +165,14 @@ def load_image_processor_config(folder: Path | str) -> ImageProcessorConfig:
     return ImageProcessorConfig(**values, source=source)
 
 
-def load_multimodal_tokens(folder: Path | str) -> MultimodalTokens:
-    """Reads the multimodal token strings from the folder's tokenizer_config.json.
-
-    The tokens are top-level fields (as transformers saves them) or entries of an `extra_special_tokens` mapping.
-
-    Args:
-        folder: a model folder with tokenizer_config.json.
-
-    Returns:
-        The token strings.
-    """
-    path = Path(folder) / "tokenizer_config.json"
+def _tokenizer_config(folder: Path | str) -> tuple[dict, Path]:
+    path = Path(folder) / TOKENIZER_CONFIG
     if not path.is_file():
-        raise ValueError(f"{folder} has no tokenizer_config.json to read the image tokens from")
-    config = read_json(path)
+        raise ValueError(f"{folder} has no {TOKENIZER_CONFIG} to read the image tokens from")
+    return read_json(path), path
+
+
+def _multimodal_tokens(config: dict, path: Path) -> MultimodalTokens:
     extra = config.get("extra_special_tokens")
     extra = extra if isinstance(extra, dict) else {}
     tokens = {}
@@ -178,3 +184,71 @@ def load_multimodal_tokens(folder: Path | str) -> MultimodalTokens:
             raise ValueError(f"{path}: field {name!r} (a token string) is missing")
         tokens[name] = value
     return MultimodalTokens(**tokens)
+
+
+def load_multimodal_tokens(folder: Path | str) -> MultimodalTokens:
+    """Reads the multimodal token strings from the folder's tokenizer_config.json.
+
+    The tokens are top-level fields (as transformers saves them) or entries of an `extra_special_tokens` mapping.
+
+    Args:
+        folder: a model folder with tokenizer_config.json.
+
+    Returns:
+        The token strings.
+    """
+    return _multimodal_tokens(*_tokenizer_config(folder))
+
+
+def _template_text(value: object, *, source: Path) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        named = {entry.get("name"): entry.get("template") for entry in value if isinstance(entry, dict)}
+        if isinstance(named.get("default"), str):
+            return named["default"]
+    raise ValueError(f"{source}: 'chat_template' must be a string or a list with a 'default' template")
+
+
+def load_chat_template(folder: Path | str) -> str:
+    """The chat template of a model folder: chat_template.jinja, chat_template.json or tokenizer_config.json.
+
+    Args:
+        folder: a model folder.
+
+    Returns:
+        The jinja source.
+    """
+    folder = Path(folder)
+    jinja_file = folder / "chat_template.jinja"
+    if jinja_file.is_file():
+        return jinja_file.read_text(encoding="utf-8")
+    for name in ("chat_template.json", TOKENIZER_CONFIG):
+        path = folder / name
+        if path.is_file() and "chat_template" in (config := read_json(path)):
+            return _template_text(config["chat_template"], source=path)
+    raise ValueError(f"{folder} has no chat template (chat_template.jinja, chat_template.json or "
+                     "'chat_template' in tokenizer_config.json)")
+
+
+@dataclass(frozen=True)
+class TargetProcessor:
+    """Everything the processor files of a MiniCPM-OCR folder say, read once (`read_target_processor`)."""
+
+    image_processor: ImageProcessorConfig
+    tokens: MultimodalTokens
+    chat_template: str  # jinja source
+    special_tokens: dict[str, str]  # bos/eos/pad/unk token strings of tokenizer_config.json the template may use
+
+
+def read_target_processor(folder: Path | str) -> TargetProcessor:
+    """Reads the image settings, the multimodal tokens, the chat template and the special tokens of a folder.
+
+    Args:
+        folder: a MiniCPM-OCR folder: a transformers checkpoint or an exported target.
+    """
+    image_processor = load_image_processor_config(folder)
+    config, path = _tokenizer_config(folder)
+    special_tokens = {name: value for name in _SPECIAL_TOKEN_FIELDS if isinstance(value := config.get(name), str)}
+    return TargetProcessor(image_processor=image_processor, tokens=_multimodal_tokens(config, path),
+                           chat_template=load_chat_template(folder), special_tokens=special_tokens)

@@ -7,6 +7,9 @@ text model), `utils.export.vision` (vision and text embeddings), `utils.export.d
 head, rt_info).
 
 Port-name functions take the decoder layer index `i`: `past_key(3)` is "past_key.3".
+
+Submodules: `processor` (the processor files of a MiniCPM-OCR folder: image settings, multimodal tokens, chat
+template) and `target` (`ExportedTarget`: an exported target folder, read once for every part of the runtime).
 """
 
 from __future__ import annotations
