@@ -45,21 +45,20 @@ def command_parser(module: str, description: str) -> CommandParser:
 
 def existing_file(text: str) -> Path:
     """An argparse type: a file that exists."""
-    path = Path(text)
-    if not path.exists():
-        raise argparse.ArgumentTypeError(f"{text} does not exist")
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"{text} is not a file")
-    return path
+    return _existing(text, is_kind=Path.is_file, kind="a file")
 
 
 def existing_dir(text: str) -> Path:
     """An argparse type: a folder that exists."""
+    return _existing(text, is_kind=Path.is_dir, kind="a folder")
+
+
+def _existing(text: str, *, is_kind: Callable[[Path], bool], kind: str) -> Path:
     path = Path(text)
     if not path.exists():
         raise argparse.ArgumentTypeError(f"{text} does not exist")
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is not a folder")
+    if not is_kind(path):
+        raise argparse.ArgumentTypeError(f"{text} is not {kind}")
     return path
 
 
