@@ -11,7 +11,7 @@ precision, so every run's tokens must equal the target-only tokens, or the scrip
    each position), K = 15 (fixed, threshold 0) against thresholds that verify only the confident prefix.
    The language-model IR takes any length, so a shorter verification costs less.
 
-    python -m benchmarks.cpu_speedup [--contexts 1024 3072] [--thresholds 0 0.3 0.5 0.7 0.9] [--out result.json]
+    python -m benchmarks.cpu_speedup [--contexts 1024 3072] [--thresholds 0 0.3 0.5 0.7 0.9] [--json FILE]
 
 Artefacts are cached in --work and shared with `benchmarks.engine_efficiency` (the first run builds them:
 ~10 min and ~11 GB of peak memory on the 2-core machine).
@@ -20,7 +20,6 @@ Artefacts are cached in --work and shared with `benchmarks.engine_efficiency` (t
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ import numpy as np
 from benchmarks.engine_efficiency import (BLOCK_SIZE, EMBEDDINGS_FILE, VERIFY_LENGTH, ForcedAcceptanceProposer,
                                           StepCounters, TableEmbeddings, check_invariant, in_round_order,
                                           prepare_draft, prepare_target, summarize, tau_schedule)
+from utils.cli import add_json_option, command_parser, float_between, int_at_least, write_json
 from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.device import compile_properties, inference_precision
 from utils.engine.draft import DSparkProposer
@@ -157,19 +157,23 @@ def print_tables(rows: list[dict]) -> None:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=Path("/tmp/dspark-engine-bench"),
+    parser = command_parser("benchmarks.cpu_speedup", __doc__)
+    parser.add_argument("--work", metavar="DIR", type=Path, default=Path("/tmp/dspark-engine-bench"),
                         help="cache folder for the random models and their IRs (shared with engine_efficiency)")
-    parser.add_argument("--contexts", type=int, nargs="+", default=[1024, 3072], help="context tokens")
-    parser.add_argument("--drafts", nargs="+", default=list(DRAFT_SETTINGS), choices=list(DRAFT_SETTINGS))
-    parser.add_argument("--thresholds", type=float, nargs="+", default=[0.0, 0.3, 0.5, 0.7, 0.9],
-                        help="confidence thresholds of the replayed runs (0: all 15 drafts verified)")
+    parser.add_argument("--contexts", metavar="N", type=int_at_least(1), nargs="+", default=[1024, 3072],
+                        help="context tokens")
+    parser.add_argument("--drafts", nargs="+", default=list(DRAFT_SETTINGS), choices=list(DRAFT_SETTINGS),
+                        help="draft settings at forced acceptance (weight format x compile precision)")
+    parser.add_argument("--thresholds", metavar="P", type=float_between(0.0, 1.0), nargs="+",
+                        default=[0.0, 0.3, 0.5, 0.7, 0.9],
+                        help="confidence thresholds of the replayed runs, 0 to 1 (0: all 15 drafts verified)")
     parser.add_argument("--replay-draft", default="int8", choices=list(DRAFT_SETTINGS),
                         help="the draft setting the replayed runs pay for")
-    parser.add_argument("--new-tokens", type=int, default=128, help="tokens generated per run")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved repetitions of every configuration")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random contexts")
-    parser.add_argument("--out", type=Path, help="also write the rows and settings as JSON here")
+    parser.add_argument("--new-tokens", metavar="N", type=int_at_least(1), default=128, help="tokens generated per run")
+    parser.add_argument("--rounds", metavar="N", type=int_at_least(1), default=2,
+                        help="interleaved repetitions of every configuration")
+    parser.add_argument("--seed", metavar="N", type=int_at_least(0), default=0, help="seed of the random contexts")
+    add_json_option(parser, what="the settings, recorded steps and rows")
     return parser.parse_args(argv)
 
 
@@ -196,11 +200,10 @@ def main(argv: list[str] | None = None) -> None:
                   replay_draft=args.replay_draft, new_tokens=args.new_tokens, rounds=args.rounds, seed=args.seed)
     rows = report_rows(raw, contexts=args.contexts)
     print_tables(rows)
-    if args.out:
+    if args.json:
         settings = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()}
-        args.out.write_text(json.dumps({"settings": settings, "draft_inference_precision": precisions,
-                                        "recorded_steps": [asdict(step) for step in recorded], "rows": rows},
-                                       indent=2) + "\n")
+        write_json(args.json, {"settings": settings, "draft_inference_precision": precisions,
+                               "recorded_steps": [asdict(step) for step in recorded], "rows": rows})
 
 
 if __name__ == "__main__":

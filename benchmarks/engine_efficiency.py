@@ -26,7 +26,7 @@ tokens must equal the target-only greedy tokens; with `--precision f32` (f32 hin
 activation quantization off, which otherwise makes the 1-token and 16-token IRs disagree) a mismatch stops
 the script.
 
-    python -m benchmarks.engine_efficiency [--contexts 1024 3072] [--taus 2 4 5.47 8 16] [--out result.json]
+    python -m benchmarks.engine_efficiency [--contexts 1024 3072] [--taus 2 4 5.47 8 16] [--json FILE]
 
 Artefacts are cached in --work (3.3 GB target: three int8 IRs and the embedding table; 1.2 GB draft
 checkpoint; 1.2 GB draft IR); the first run builds them (7 min on the shared 2-core machine). Peak memory:
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import shutil
 import statistics
@@ -49,6 +48,7 @@ import numpy as np
 
 from benchmarks.real_size_model import (HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model,
                                         real_size_draft_config, real_size_text_config, write_random_draft)
+from utils.cli import add_json_option, command_parser, float_between, int_at_least, write_json
 from utils.contract import WEIGHT_FORMATS, LanguageModelConfig
 from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.draft import DSparkProposer
@@ -343,27 +343,30 @@ def print_tables(rows: list[dict]) -> None:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=Path("/tmp/dspark-engine-bench"),
+    parser = command_parser("benchmarks.engine_efficiency", __doc__)
+    parser.add_argument("--work", metavar="DIR", type=Path, default=Path("/tmp/dspark-engine-bench"),
                         help="cache folder for the random models and their IRs")
     parser.add_argument("--weight-format", default="int8", choices=WEIGHT_FORMATS, help="target weights")
-    parser.add_argument("--draft-weight-format", default="fp32", choices=WEIGHT_FORMATS)
+    parser.add_argument("--draft-weight-format", default="fp32", choices=WEIGHT_FORMATS, help="draft weights")
     parser.add_argument("--precision", default="f32", choices=["f32", "default"],
                         help="f32: f32 hint and no dynamic activation quantization (exact: the invariant is "
                              "asserted); default: the CPU's defaults (bf16 here; mismatches are reported, not fatal, "
                              "and the forced acceptance collapses after the first one, so tau falls towards 1)")
-    parser.add_argument("--contexts", type=int, nargs="+", default=[1024, 3072], help="context tokens C")
-    parser.add_argument("--taus", type=float, nargs="+", default=[2.0, 4.0, 5.47, 8.0, 16.0],
-                        help="forced tokens per step (upstream's real pair: 5.47)")
-    parser.add_argument("--new-tokens", type=int, default=192, help="tokens generated per run")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every configuration")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random contexts")
-    parser.add_argument("--out", type=Path, help="also write the rows as JSON here")
+    parser.add_argument("--contexts", metavar="N", type=int_at_least(1), nargs="+", default=[1024, 3072],
+                        help="context tokens C")
+    parser.add_argument("--taus", metavar="X", type=float_between(1.0, VERIFY_LENGTH), nargs="+",
+                        default=[2.0, 4.0, 5.47, 8.0, 16.0],
+                        help=f"forced tokens per step, 1 to {VERIFY_LENGTH} (upstream's real pair: 5.47)")
+    parser.add_argument("--new-tokens", metavar="N", type=int_at_least(1), default=192, help="tokens generated per run")
+    parser.add_argument("--rounds", metavar="N", type=int_at_least(1), default=3,
+                        help="interleaved repetitions of every configuration")
+    parser.add_argument("--seed", metavar="N", type=int_at_least(0), default=0, help="seed of the random contexts")
+    add_json_option(parser, what="the settings, rows and steps")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Builds or reuses the artefacts, measures, prints the tables (and writes JSON with --out)."""
+    """Builds or reuses the artefacts, measures, prints the tables (and writes JSON with --json)."""
     args = _parse_args(argv)
 
     from utils.engine.device import compile_properties
@@ -382,10 +385,10 @@ def main(argv: list[str] | None = None) -> None:
                   rounds=args.rounds, strict=args.precision == "f32", seed=args.seed)
     rows = report_rows(raw, contexts=args.contexts, taus=args.taus, new_tokens=args.new_tokens)
     print_tables(rows)
-    if args.out:
+    if args.json:
         settings = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()}
         steps = {f"{context}/{name}": record["steps"] for (context, name), record in raw.items()}
-        args.out.write_text(json.dumps({"settings": settings, "rows": rows, "steps": steps}, indent=2) + "\n")
+        write_json(args.json, {"settings": settings, "rows": rows, "steps": steps})
 
 
 if __name__ == "__main__":

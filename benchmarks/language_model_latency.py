@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.real_size_model import HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model
+from utils.cli import command_parser, existing_dir, int_at_least
 from utils.contract import (ATTENTION_MASK, INPUTS_EMBEDS, LANGUAGE_MODEL_NAME, NUM_LOGITS, POSITION_IDS,
                             past_recurrent_state, rollback_delta, rollback_key, rollback_log_decay)
 
@@ -151,13 +152,16 @@ def main(argv: list[str] | None = None) -> None:
     """Exports, times, measures memory and prints a markdown table."""
     from utils.engine.device import compile_properties
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--contexts", type=int, nargs="+", default=[1024, 3072])
-    parser.add_argument("--formats", nargs="+", default=["fp32", "int8"], choices=["fp32", "fp16", "int8", "int4"])
-    parser.add_argument("--repeats", type=int, default=10)
+    parser = command_parser("benchmarks.language_model_latency", __doc__)
+    parser.add_argument("--contexts", metavar="N", type=int_at_least(1), nargs="+", default=[1024, 3072],
+                        help="context tokens before each timed call")
+    parser.add_argument("--formats", nargs="+", default=["fp32", "int8"], choices=["fp32", "fp16", "int8", "int4"],
+                        help="weight formats of the language-model IR")
+    parser.add_argument("--repeats", metavar="N", type=int_at_least(1), default=10,
+                        help="timed runs of each call (the median counts)")
     parser.add_argument("--precision", choices=["f32", "default"], default="f32",
                         help="f32: exact (the parity setting); default: the CPU's own (bf16 here)")
-    parser.add_argument("--memory-of", type=Path, help=argparse.SUPPRESS)  # the fresh process of the memory figure
+    parser.add_argument("--memory-of", metavar="DIR", type=existing_dir, help=argparse.SUPPRESS)  # the fresh process of the memory figure
     args = parser.parse_args(argv)
     properties = compile_properties("CPU", precision=args.precision)
     if args.memory_of is not None:

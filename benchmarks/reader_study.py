@@ -1,6 +1,6 @@
 """Can the tiny target learn to read on a CPU? The study behind that question, one command away.
 
-    python -m benchmarks.reader_study [--out DIR] [--steps N] [--distill] [--pages N] [--json results.json]
+    python -m benchmarks.reader_study [--out DIR] [--steps N] [--distill] [--pages N] [--json FILE]
 
 Builds a tiny pair of the reading sizes (`READING_PAIR`) whose target is trained to read typewriter pages
 (`python -m utils.tiny --read`), then prints the held-out character error rate overall and by page kind, the
@@ -11,11 +11,10 @@ f32 under each draft walk, target only). Figures, not a test: training time is t
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
+from utils.cli import add_json_option, command_parser, int_at_least, write_json
 from utils.tiny import DistillConfig, ReaderConfig, TinyPairConfig, build_tiny_pair
 from utils.tiny.config import READING_DISTILL, READING_PAIR
 
@@ -51,18 +50,20 @@ def run_reader_study(out: Path | str, read: ReaderConfig, *, distill: DistillCon
 
 def main(argv: list[str] | None = None) -> int:
     defaults = ReaderConfig()
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.reader_study", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("models/reader-study"), help="the pair's folder (rebuilt)")
-    parser.add_argument("--steps", type=int, default=defaults.steps, help="reading training steps")
+    parser = command_parser("benchmarks.reader_study", __doc__)
+    parser.add_argument("--out", metavar="DIR", type=Path, default=Path("models/reader-study"),
+                        help="the pair's folder (rebuilt)")
+    parser.add_argument("--steps", metavar="N", type=int_at_least(1), default=defaults.steps,
+                        help="reading training steps")
     parser.add_argument("--distill", action="store_true", help="distil the draft too and measure tokens per step")
-    parser.add_argument("--pages", type=int, default=20, help="held-out pages of the speculative measurement")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--pages", metavar="N", type=int_at_least(1), default=20,
+                        help="held-out pages of the speculative measurement")
+    add_json_option(parser, what="the figures")
     args = parser.parse_args(argv)
     distill = DistillConfig(**READING_DISTILL) if args.distill else None
     figures = run_reader_study(args.out, ReaderConfig(steps=args.steps), distill=distill, acceptance_pages=args.pages)
     if args.json:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        write_json(args.json, figures)
     return 0
 
 

@@ -36,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from utils.cli import command_parser, int_at_least
 from utils.contract import WEIGHT_FORMATS
 from utils.contract.processor import DOWNSAMPLE_MODES
 
@@ -340,27 +341,24 @@ def _notes(tables: dict[str, list[dict]]) -> str:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = command_parser("benchmarks.real_size_dry_run", __doc__)
     parser.add_argument("--formats", nargs="+", default=["fp16", "int8", "int4"], choices=WEIGHT_FORMATS,
                         help="weight formats to export and run")
-    parser.add_argument("--work", type=Path, default=None,
+    parser.add_argument("--work", metavar="DIR", type=Path,
                         help="folder for the models and IRs (a new folder inside it; default: the system's "
                              "temporary folder); deleted at the end unless --keep")
     parser.add_argument("--modes", nargs="+", default=list(DOWNSAMPLE_MODES), choices=DOWNSAMPLE_MODES,
                         help="image modes to export the target in and run (default: 4x, the recipe, and 16x)")
-    parser.add_argument("--max-slice-nums", type=int, default=RECIPE_SLICES,
+    parser.add_argument("--max-slice-nums", metavar="N", type=int_at_least(1), default=RECIPE_SLICES,
                         help="the most slices of a page (default: the model card's 9)")
-    parser.add_argument("--context", type=int, default=None,
+    parser.add_argument("--context", metavar="N", type=int_at_least(1),
                         help="read a page and prompt of about this many tokens instead of a full page")
-    parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per run")
+    parser.add_argument("--new-tokens", metavar="N", type=int_at_least(2), default=64,
+                        help="tokens generated per run, at least 2 (decode tok/s counts the tokens after the first)")
     parser.add_argument("--keep", action="store_true", help="keep the models and IRs")
     parser.add_argument("--scale", choices=SCALES, default="real",
                         help="real: MiniCPM-OCR 1.0's sizes; small: a few-MB stand-in (1-2 min per format)")
-    args = parser.parse_args(argv)
-    if (args.context is not None and args.context < 1) or args.new_tokens < 2 or args.max_slice_nums < 1:
-        parser.error(f"--context={args.context} and --max-slice-nums={args.max_slice_nums} must be >= 1 and "
-                     f"--new-tokens={args.new_tokens} >= 2 (decode tok/s counts the tokens after the first)")
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, list[dict]]:

@@ -13,12 +13,11 @@ runs the same table on the tiny pair and the sample pages instead.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from utils.cli import add_json_option, command_parser, int_at_least, write_json
 from utils.engine.device import PRECISIONS
 from utils.evaluation.benchmark import BenchConfig, run_benchmark
 from utils.evaluation.seed_figures import SEED_MAX_NEW_TOKENS, SEED_NUM_ASSISTANT_TOKENS, seed_comparison
@@ -94,22 +93,25 @@ def run_seed_validation(*, models: Path | None = None, pages_dir: Path | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.seed_validation",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default=None, help="CPU, GPU or AUTO (default: GPU when present)")
-    parser.add_argument("--models", type=Path, default=None, help="the models folder (default: the suite's)")
-    parser.add_argument("--pages-dir", type=Path, default=None, help="where the OmniDocBench files are kept")
+    parser = command_parser("benchmarks.seed_validation", __doc__)
+    parser.add_argument("--device", metavar="DEVICE", help="CPU, GPU or AUTO (default: GPU when present)")
+    parser.add_argument("--models", metavar="DIR", type=Path,
+                        help="the models folder (default: models/ at the repository root, or $DSPARK_OCR_MODELS)")
+    parser.add_argument("--pages-dir", metavar="DIR", type=Path,
+                        help="where the OmniDocBench files are kept (default: inside the models folder)")
     parser.add_argument("--precision", choices=PRECISIONS, default="default",
                         help="the target's: default (the device's own, as upstream ran) or f32 (exact)")
-    parser.add_argument("--max-new-tokens", type=int, default=SEED_MAX_NEW_TOKENS)
-    parser.add_argument("--repeats", type=int, default=1, help="timed runs of each page (the median counts)")
-    parser.add_argument("--out", type=Path, help="write the results JSON here")
+    parser.add_argument("--max-new-tokens", metavar="N", type=int_at_least(1), default=SEED_MAX_NEW_TOKENS,
+                        help="the most tokens to write per page")
+    parser.add_argument("--repeats", metavar="N", type=int_at_least(1), default=1,
+                        help="timed runs of each page (the median counts)")
+    add_json_option(parser, what="the results")
     args = parser.parse_args(argv)
     report, results = run_seed_validation(models=args.models, pages_dir=args.pages_dir, device=args.device,
                                           precision=args.precision, max_new_tokens=args.max_new_tokens,
                                           repeats=args.repeats)
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    if args.json:
+        write_json(args.json, results)
     print(report)
     return 0
 

@@ -7,6 +7,7 @@ installs them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from utils.contract import DRAFT_MODEL
 from utils.evaluation.pages import sample_pages
 from utils.models import REPO_ROOT, default_ir_pair
 
@@ -50,21 +52,21 @@ def _wait_for_port(port: int, process: subprocess.Popen, timeout: float) -> None
     raise TimeoutError(f"voila did not listen on port {port} within {timeout} s")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@contextlib.contextmanager
+def _voila(log_folder: Path, environ: dict[str, str] | None = None):
     """Voila serving the app; stops it and every process it started (kernels included) afterwards."""
     import psutil
 
-    default_ir_pair()  # export once, here, so the app and the command line read the same folders
     port = _free_port()
-    log = (tmp_path_factory.mktemp("voila") / "voila.log").open("w")
+    log_path = log_folder / "voila.log"
+    log = log_path.open("w")
     started = time.monotonic()
     process = subprocess.Popen([sys.executable, "-m", "voila", str(APP), f"--port={port}", "--no-browser",
                                 "--Voila.ip=127.0.0.1"], stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+                               start_new_session=True, env=os.environ | (environ or {}))
     try:
         _wait_for_port(port, process, START_TIMEOUT)
-        yield {"url": f"http://127.0.0.1:{port}/", "started": started}
+        yield {"url": f"http://127.0.0.1:{port}/", "started": started, "log": log_path}
     finally:
         children = psutil.Process(process.pid).children(recursive=True) if process.poll() is None else []
         os.killpg(process.pid, signal.SIGTERM)
@@ -78,6 +80,26 @@ def server(tmp_path_factory):
             leftover.kill()
         log.close()
         assert not alive, f"processes left behind by voila: {alive}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    default_ir_pair()  # export once, here, so the app and the command line read the same folders
+    with _voila(tmp_path_factory.mktemp("voila")) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def broken_draft_server(tmp_path_factory):
+    """The app on the tiny target and a copy of its draft whose graph is cut short: it fails to compile."""
+    target, draft = default_ir_pair()
+    broken = tmp_path_factory.mktemp("broken") / "draft"
+    shutil.copytree(draft, broken)
+    graph = broken / DRAFT_MODEL
+    graph.write_bytes(graph.read_bytes()[:len(graph.read_bytes()) // 2])
+    with _voila(tmp_path_factory.mktemp("voila-broken"),
+                {"DSPARK_OCR_TARGET": str(target), "DSPARK_OCR_DRAFT": str(broken)}) as started:
+        yield started
 
 
 @pytest.fixture
@@ -142,6 +164,10 @@ def test_app_reads_a_sample_page_exactly_like_the_command_line(server, browser, 
     step_rows = browser.find_elements(By.CSS_SELECTOR, "table.dspark-steps tr")[1:]  # after the header
     assert len(step_rows) == expected["metrics"]["num_steps"]
     assert (tmp_path / "app.png").stat().st_size > 10_000
+    natural_width, natural_height, width, height = browser.execute_script(
+        "const p = document.querySelector('img.dspark-preview'); "
+        "return [p.naturalWidth, p.naturalHeight, p.clientWidth, p.clientHeight];")
+    assert width > 0 and abs(width / height - natural_width / natural_height) < 0.02 * natural_width / natural_height
     print(f"\nfrom server start to first text: {first_text:.1f} s; screenshot: {tmp_path / 'app.png'}")
 
 
@@ -181,3 +207,17 @@ def test_bad_input_gets_a_message_and_the_app_keeps_working(server, browser, tmp
     run.click()
     _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "pre.dspark-speculative"))
     assert "error" not in _result_text(browser)
+
+
+def test_an_error_that_is_not_a_value_error_is_a_message_and_the_app_keeps_working(broken_draft_server, browser):
+    from selenium.webdriver.common.by import By
+
+    run = _open_app(browser, broken_draft_server["url"])
+    for _ in range(2):  # the second click finds the app usable and fails the same way
+        run.click()
+        _wait(browser, lambda d: not d.find_element(By.CSS_SELECTOR, ".dspark-run").get_property("disabled")
+              and "error: RuntimeError: " in _result_text(d))
+    assert _result_text(browser).count("\n") == 0  # one line
+    tracebacks = browser.find_elements(By.CSS_SELECTOR, "[data-mime-type='application/vnd.jupyter.stderr']")
+    assert not tracebacks, [element.text for element in tracebacks]
+    assert "Traceback" in broken_draft_server["log"].read_text()

@@ -121,7 +121,7 @@ def test_markdown_report_has_the_seed_table_shape(results):
 def test_command_line_writes_json(tiny_ir, tmp_path, capsys):
     out = tmp_path / "results.json"
     assert main(["--target", str(tiny_ir[0]), "--draft", str(tiny_ir[1]), "--pages", "1", "--max-new-tokens", "8",
-                 "--device", "CPU", "--precision", "f32", "--repeats", "1", "--out", str(out)]) == 0
+                 "--device", "CPU", "--precision", "f32", "--repeats", "1", "--json", str(out)]) == 0
     assert "| (target alone) |" in capsys.readouterr().out
     assert len(json.loads(out.read_text())["configurations"]) == 2
 

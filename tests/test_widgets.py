@@ -72,3 +72,77 @@ def test_bad_upload_and_empty_prompt_give_messages_and_clear_restores_the_page(a
     controls["run"].click()
     assert "prompt is empty" in _printed(controls["result"])
     assert not controls["run"].disabled
+
+
+def _upload_pdf(widget, content: bytes) -> None:
+    widget.value = ({"name": "doc.pdf", "type": "application/pdf", "size": len(content),
+                     "content": memoryview(content), "last_modified": datetime.datetime.now(datetime.timezone.utc)},)
+
+
+def test_every_control_is_disabled_while_a_page_is_read_and_enabled_after(app):
+    controls = _controls(app)
+    inputs = [controls[name] for name in ("page", "upload", "prompt", "precision", "budget", "run")]
+    seen = []
+    controls["text"].observe(lambda _: seen.append([widget.disabled for widget in inputs]), names="outputs")
+    controls["run"].click()
+    assert seen and all(all(states) for states in seen)  # every streamed piece arrived with the controls off
+    assert not any(widget.disabled for widget in inputs) and controls["clear"].disabled  # nothing uploaded
+
+
+def test_any_error_is_one_line_in_the_panel_and_its_traceback_goes_to_the_log(app, monkeypatch, capfd):
+    from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
+
+    def fail(*_args, **_kwargs):
+        raise RuntimeError("Exception from the GPU plugin: device lost\ncheck the driver")
+
+    monkeypatch.setattr(SpeculativeOcrPipeline, "generate", fail)
+    controls = _controls(app)
+    controls["run"].click()
+    shown = _printed(controls["result"])
+    assert shown == "error: RuntimeError: Exception from the GPU plugin: device lost (the traceback is in the " \
+                    "server's log)\n"
+    assert "Traceback" in capfd.readouterr().err
+    assert not controls["run"].disabled and controls["run"].description == "Read the page"
+
+
+def test_an_uploaded_pdf_is_previewed_and_read_page_by_page(app, tmp_path):
+    from pdfs import pdf_of_images
+
+    pages = sample_pages()
+    controls = _controls(app)
+    _upload_pdf(controls["upload"], pdf_of_images([pages[0].image, pages[1].image], tmp_path / "doc.pdf").read_bytes())
+    assert bytes(controls["preview"].value).startswith(b"\x89PNG") and not controls["clear"].disabled
+    controls["run"].click()
+    printed, shown = _printed(controls["text"]), "".join(
+        item.get("data", {}).get("text/markdown", "") for item in controls["result"].outputs)
+    assert printed.index("--- page 1 of 2 ---") < printed.index("--- page 2 of 2 ---")
+    assert shown.index("Page 1 of 2") < shown.index("Page 2 of 2")
+    assert _shown(controls["result"]).count("dspark-verdict") == 2
+
+
+def test_a_broken_pdf_upload_is_a_message(app):
+    controls = _controls(app)
+    _upload_pdf(controls["upload"], b"%PDF-1.7\nnothing else")
+    assert "error: doc.pdf is not a readable PDF" in _printed(controls["result"])
+
+
+def test_the_preview_keeps_the_pages_aspect_ratio(app):
+    layout = _controls(app)["preview"].layout
+    assert (layout.height, layout.object_fit, layout.align_self) == ("auto", "contain", "flex-start")
+
+
+@pytest.mark.parametrize("environ, missing", [({"DSPARK_OCR_TARGET": "t"}, "DSPARK_OCR_DRAFT"),
+                                              ({"DSPARK_OCR_DRAFT": "d"}, "DSPARK_OCR_TARGET")])
+def test_the_app_refuses_half_a_pair_of_environment_variables(environ, missing, capfd):
+    from utils.notebook.app import app_pair, speculative_ocr_app
+
+    with pytest.raises(ValueError, match=f"is set but {missing} is not"):
+        app_pair(environ)
+    page = speculative_ocr_app(sample_pages()[:1], environ=environ)
+    assert f"is set but {missing} is not" in page.value and "dspark-startup-error" in page._dom_classes
+
+
+def test_the_app_runs_the_pair_the_environment_names(tiny_ir):
+    from utils.notebook.app import app_pair
+
+    assert app_pair({"DSPARK_OCR_TARGET": str(tiny_ir[0]), "DSPARK_OCR_DRAFT": str(tiny_ir[1])}) == tiny_ir

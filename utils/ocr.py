@@ -1,14 +1,16 @@
-"""Command line: speculative OCR of one image on OpenVINO.
+"""Command line: speculative OCR of an image or a PDF on OpenVINO.
 
-    python -m utils.ocr IMAGE [--target DIR] [--draft DIR|none] [--prompt TEXT] [--max-new-tokens N]
-                              [--num-assistant-tokens K] [--markov-head-top-k K] [--confidence-threshold P]
-                              [--device D] [--precision f32|default] [--draft-precision f32|default]
-                              [--chat-template-kwargs JSON] [--json]
+    python -m utils.ocr FILE [--pages RANGE] [--target DIR] [--draft DIR|none] [--prompt TEXT]
+                             [--max-new-tokens N] [--num-assistant-tokens N] [--markov-head-top-k N]
+                             [--confidence-threshold P] [--device DEVICE] [--precision f32|default]
+                             [--draft-precision f32|default] [--chat-template-kwargs JSON] [--json [FILE]]
 
-With no --target it exports the shipped tiny pair into the suite's model cache once (`models/` at the
-repository root, or $DSPARK_OCR_MODELS) and reuses it afterwards. `--precision f32` makes the output equal
-target-only decoding token for token; `default` runs the device's own precision (bf16 on CPUs that have it,
-f16 on GPUs), faster, where a near-tie between the target's top candidates may flip.
+FILE is an image, or a PDF whose pages (all, or --pages) are rendered and read in order. With no --target it
+exports the shipped tiny pair into the suite's model cache once (`models/` at the repository root, or
+$DSPARK_OCR_MODELS) and reuses it afterwards; every argument and the input are checked before that.
+`--precision f32` makes the output equal target-only decoding token for token; `default` runs the device's
+own precision (bf16 on CPUs that have it, f16 on GPUs), faster, where a near-tie between the target's top
+candidates may flip.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 
+from utils.cli import (add_json_option, command_parser, existing_dir, existing_file, float_between, int_at_least,
+                       page_range, write_json)
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.device import PRECISIONS
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
@@ -35,30 +40,60 @@ def _json_object(text: str) -> dict:
     return value
 
 
+def _draft_folder(text: str):
+    """An argparse type: an existing draft folder, or 'none'."""
+    return text if text == "none" else existing_dir(text)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m utils.ocr", description="Speculative OCR on OpenVINO.")
-    parser.add_argument("image", help="image file to read")
-    parser.add_argument("--target", help="target IR folder (default: the shipped tiny pair, exported on first use)")
-    parser.add_argument("--draft", help="draft IR folder, or 'none' for target-only decoding "
-                                        "(default: the tiny draft when --target is not given)")
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
-    parser.add_argument("--max-new-tokens", type=int, default=512)
-    parser.add_argument("--num-assistant-tokens", type=int, default=None, help="default: the draft's block size")
-    parser.add_argument("--markov-head-top-k", type=int, default=None,
-                        help="K of the Top-K candidate scorer; 0 = dense walk (default: min(64, draft vocab))")
-    parser.add_argument("--confidence-threshold", type=float, default=DEFAULT_CONFIDENCE_THRESHOLD,
-                        help="verify only the drafts the confidence head trusts this much (0: all)")
-    parser.add_argument("--device", default=None, help="CPU, GPU or AUTO (default: GPU when present)")
+    parser = command_parser("utils.ocr", __doc__.split("\n\n", 2)[2])
+    parser.add_argument("file", metavar="FILE", type=existing_file, help="the page to read: an image, or a PDF")
+    parser.add_argument("--pages", metavar="RANGE", type=page_range,
+                        help="the PDF's pages to read, N or FIRST-LAST counted from 1 (default: all)")
+    parser.add_argument("--target", metavar="DIR", type=existing_dir,
+                        help="target IR folder (default: the shipped tiny pair, exported on first use)")
+    parser.add_argument("--draft", metavar="DIR", type=_draft_folder,
+                        help="draft IR folder, or 'none' for target-only decoding "
+                             "(default: the tiny draft when --target is not given, else none)")
+    parser.add_argument("--prompt", metavar="TEXT", default=DEFAULT_PROMPT, help="the instruction after the image")
+    parser.add_argument("--max-new-tokens", metavar="N", type=int_at_least(1), default=512,
+                        help="the most tokens to write per page")
+    parser.add_argument("--num-assistant-tokens", metavar="N", type=int_at_least(1),
+                        help="drafts verified per step (default: the draft's block size)")
+    parser.add_argument("--markov-head-top-k", metavar="N", type=int_at_least(0),
+                        help="K of the Top-K candidate scorer; 0 = dense walk (default: min(64, draft vocabulary))")
+    parser.add_argument("--confidence-threshold", metavar="P", type=float_between(0.0, 1.0),
+                        default=DEFAULT_CONFIDENCE_THRESHOLD,
+                        help="verify only the drafts the confidence head trusts this much, 0 to 1 (0: all)")
+    parser.add_argument("--device", metavar="DEVICE", help="CPU, GPU or AUTO (default: GPU when present)")
     parser.add_argument("--precision", choices=PRECISIONS, default="default",
                         help="f32: exact, equal to target-only output; default: the device's own (bf16/f16), faster")
     parser.add_argument("--draft-precision", choices=PRECISIONS, default="default",
-                        help="the draft's precision, independent of the target's (never changes the output): default: "
-                             "the device's own, faster; f32: acceptance as on every machine")
-    parser.add_argument("--chat-template-kwargs", type=_json_object, default=None,
+                        help="the draft's precision, independent of the target's (never changes the output): "
+                             "default: the device's own, faster; f32: acceptance as on every machine")
+    parser.add_argument("--chat-template-kwargs", metavar="JSON", type=_json_object,
                         help="chat-template arguments as a JSON object, e.g. '{\"enable_thinking\": true}' "
                              "(default: non-thinking mode when the template has the switch, as the serving recipe)")
-    parser.add_argument("--json", action="store_true", help="print the text and metrics as one JSON object")
+    add_json_option(parser, what="the text, token ids and metrics (one result per PDF page)", stdout=True)
     return parser
+
+
+def _input_pages(args) -> tuple[list[int | None], Callable, Callable[[], None]]:
+    """(page numbers, number -> image, close) of FILE, checked now: a PDF's pages or the one image (None)."""
+    from utils.pipeline.preprocessing.image_io import load_rgb_image
+    from utils.pipeline.preprocessing.pdf import PdfPages, is_pdf
+
+    if is_pdf(args.file):
+        document = PdfPages(args.file)
+        try:
+            return list(document.numbers(args.pages)), document.render, document.close
+        except ValueError:
+            document.close()
+            raise
+    if args.pages is not None:
+        raise ValueError(f"--pages reads pages of a PDF, and {args.file} is not one")
+    image = load_rgb_image(args.file)
+    return [None], lambda _: image, lambda: None
 
 
 def _model_folders(args) -> tuple[str, str | None]:
@@ -68,38 +103,68 @@ def _model_folders(args) -> tuple[str, str | None]:
         target, draft = default_ir_pair()
         draft = None if args.draft == "none" else (args.draft or draft)
         return str(target), draft and str(draft)
-    return args.target, None if args.draft in (None, "none") else args.draft
+    return str(args.target), None if args.draft in (None, "none") else str(args.draft)
+
+
+def _as_dict(result, pipeline, args, draft) -> dict:
+    return {"text": result.texts[0], "tokens": result.tokens, "device": pipeline.device,
+            "precision": args.precision, "inference_precision": pipeline.inference_precision,
+            "draft_precision": args.draft_precision, "draft_inference_precision": pipeline.draft_inference_precision,
+            "draft": draft, "metrics": result.metrics.as_dict()}
+
+
+def _summary(metrics, pipeline, args) -> str:
+    return (f"{metrics.num_generated_tokens} tokens in {metrics.num_steps} steps "
+            f"({metrics.mean_tokens_per_step:.2f} tokens/step), {metrics.decode_tokens_per_s:.1f} tokens/s "
+            f"decode, first token after {metrics.ttft * 1000:.0f} ms, on {pipeline.device} "
+            f"({pipeline.inference_precision or args.precision})")
+
+
+def _read(pipeline, args, numbers, render) -> list:
+    """Reads the pages in order: one image streams its text; a PDF's pages advance a progress bar."""
+    from tqdm.auto import tqdm
+
+    settings = dict(max_new_tokens=args.max_new_tokens, num_assistant_tokens=args.num_assistant_tokens,
+                    markov_head_top_k=args.markov_head_top_k, confidence_threshold=args.confidence_threshold)
+    if numbers == [None]:
+        streamer = None if args.json else (lambda text: print(text, end="", flush=True))
+        return [pipeline.generate(render(None), args.prompt, streamer=streamer, **settings)]
+    results = []
+    for number in tqdm(numbers, desc=str(args.file), unit="page", file=sys.stderr):
+        results.append(pipeline.generate(render(number), args.prompt, **settings))
+        if not args.json:
+            tqdm.write(f"--- page {number} ---\n{results[-1].texts[0]}", file=sys.stdout)
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
     try:
-        target, draft = _model_folders(args)
-        pipeline = SpeculativeOcrPipeline(target, draft, device=args.device, precision=args.precision,
-                                          draft_precision=args.draft_precision,
-                                          chat_template_kwargs=args.chat_template_kwargs)
-        streamer = None if args.json else (lambda text: print(text, end="", flush=True))
-        result = pipeline.generate(args.image, args.prompt, max_new_tokens=args.max_new_tokens,
-                                   num_assistant_tokens=args.num_assistant_tokens,
-                                   markov_head_top_k=args.markov_head_top_k, streamer=streamer,
-                                   confidence_threshold=args.confidence_threshold)
+        numbers, render, close = _input_pages(args)
+        try:
+            target, draft = _model_folders(args)
+            pipeline = SpeculativeOcrPipeline(target, draft, device=args.device, precision=args.precision,
+                                              draft_precision=args.draft_precision,
+                                              chat_template_kwargs=args.chat_template_kwargs)
+            results = _read(pipeline, args, numbers, render)
+        finally:
+            close()
     except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2
-    metrics = result.metrics
-    if args.json:
-        print(json.dumps({"text": result.texts[0], "tokens": result.tokens, "device": pipeline.device,
-                          "precision": args.precision, "inference_precision": pipeline.inference_precision,
-                          "draft_precision": args.draft_precision,
-                          "draft_inference_precision": pipeline.draft_inference_precision,
-                          "draft": draft, "metrics": metrics.as_dict()}))
+    if args.json and numbers == [None]:
+        write_json(args.json, _as_dict(results[0], pipeline, args, draft))
+    elif args.json:
+        write_json(args.json, {"file": str(args.file), "pages": [
+            {"page": number, **_as_dict(result, pipeline, args, draft)} for number, result in zip(numbers, results)]})
     else:
-        print(f"\n\n{metrics.num_generated_tokens} tokens in {metrics.num_steps} steps "
-              f"({metrics.mean_tokens_per_step:.2f} tokens/step), {metrics.decode_tokens_per_s:.1f} tokens/s "
-              f"decode, first token after {metrics.ttft * 1000:.0f} ms, on {pipeline.device} "
-              f"({pipeline.inference_precision or args.precision})", file=sys.stderr)
+        print("\n", file=sys.stderr)
+        for number, result in zip(numbers, results):
+            print(("" if number is None else f"page {number}: ") + _summary(result.metrics, pipeline, args),
+                  file=sys.stderr)
     return 0
 
 

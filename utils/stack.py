@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import re
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["REQUIREMENTS", "installed_versions", "list_devices", "has_intel_gpu", "default_device",
-           "UpstreamSupport", "probe_upstream"]
+__all__ = ["REQUIREMENTS", "installed_versions", "torch_build", "installed_size", "install_report", "list_devices",
+           "has_intel_gpu", "default_device", "UpstreamSupport", "probe_upstream"]
 
 REQUIREMENTS = Path(__file__).resolve().parent.parent / "requirements.txt"
 
@@ -39,6 +41,47 @@ def installed_versions(requirements: Path = REQUIREMENTS) -> list[dict]:
             version = None
         rows.append({"package": name, "required": spec or "any", "installed": version})
     return rows
+
+
+def torch_build() -> str | None:
+    """The installed torch's build, "cpu" or "cuda 13.0" (or "rocm ..."); None without torch. Imports torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if torch.version.cuda:
+        return f"cuda {torch.version.cuda}"
+    hip = getattr(torch.version, "hip", None)
+    return f"rocm {hip}" if hip else "cpu"
+
+
+def _tree_size(folder: Path) -> int:
+    return sum(entry.stat(follow_symlinks=False).st_size if entry.is_file(follow_symlinks=False) else
+               _tree_size(Path(entry.path)) if entry.is_dir(follow_symlinks=False) else 0
+               for entry in os.scandir(folder))
+
+
+def installed_size() -> dict[str, int]:
+    """Bytes installed in this interpreter's site-packages: in all, and in GPU runtime wheels (nvidia-*, triton)."""
+    folders = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib")}
+    total = gpu = 0
+    for folder in filter(Path.is_dir, folders):
+        for entry in os.scandir(folder):
+            size = _tree_size(Path(entry.path)) if entry.is_dir(follow_symlinks=False) else entry.stat().st_size
+            total += size
+            gpu += size if entry.name.lower().startswith(("nvidia", "triton")) else 0
+    return {"site_packages": total, "nvidia_and_triton": gpu}
+
+
+def install_report() -> str:
+    """One line on what the install weighs and which torch build it holds (`.ci/run` prints it)."""
+    size, build = installed_size(), torch_build()
+    try:
+        torch = f"torch {importlib.metadata.version('torch')}, {build} build"
+    except importlib.metadata.PackageNotFoundError:
+        torch = "no torch"
+    return (f"site-packages: {size['site_packages'] / 1e9:.1f} GB, of which nvidia and triton wheels "
+            f"{size['nvidia_and_triton'] / 1e9:.1f} GB; {torch}")
 
 
 def list_devices() -> list[tuple[str, str]]:

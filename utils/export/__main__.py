@@ -24,17 +24,20 @@ import argparse
 import sys
 from pathlib import Path
 
+from utils.cli import command_parser, existing_dir, int_at_least
 from utils.contract import DRAFT_MODEL, MARKOV_HEAD_MODEL, WEIGHT_FORMATS
 from utils.contract.processor import DOWNSAMPLE_MODES
 from utils.files import folder_size
 
 __all__ = ["add_draft_command", "add_target_command", "main"]
 
+PROG = "python -m utils.export"
+
 
 def _run(args: argparse.Namespace, export) -> int:
     """Runs `export()` with the shared checks and messages; returns the exit code."""
     if Path(args.out).exists() and not args.overwrite:
-        print(f"error: {args.out} already exists; pass --overwrite to replace it", file=sys.stderr)
+        print(f"{PROG}: error: {args.out} already exists; pass --overwrite to replace it", file=sys.stderr)
         return 2
     try:
         if args.backend == "optimum":
@@ -44,7 +47,7 @@ def _run(args: argparse.Namespace, export) -> int:
         else:
             out = export()
     except (ValueError, FileNotFoundError) as error:  # DraftValidationError is a ValueError
-        print(f"error: {error}", file=sys.stderr)
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     print(f"{args.command} exported ({args.weight_format}, {folder_size(out) / 1e6:.2f} MB): {out}")
     return 0
@@ -72,37 +75,42 @@ def _run_target(args: argparse.Namespace) -> int:
 
 
 def _add_common_arguments(parser, *, weight_formats: tuple[str, ...], model_help: str) -> None:
-    parser.add_argument("--model", required=True, help=model_help)
-    parser.add_argument("--out", required=True, help="the folder to create")
-    parser.add_argument("--weight-format", choices=weight_formats, default="fp32")
+    parser.add_argument("--model", metavar="DIR", type=existing_dir, required=True, help=model_help)
+    parser.add_argument("--out", metavar="DIR", required=True, help="the folder to create")
+    parser.add_argument("--weight-format", choices=weight_formats, default="fp32",
+                        help="fp32/fp16 weights, or NNCF's int8/int4 weight compression")
     parser.add_argument("--backend", choices=("suite", "optimum"), default="suite",
-                        help="suite: our exporter (default); optimum: optimum-cli, where it supports the model")
-    parser.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
+                        help="suite: our exporter; optimum: optimum-cli, where it supports the model")
+    parser.add_argument("--overwrite", action="store_true", help="replace the --out folder if it exists")
 
 
-def add_target_command(subparsers) -> None:
+def add_target_command(subparsers, formatter=argparse.HelpFormatter) -> None:
     """Registers `target`: export a MiniCPM-OCR folder to OpenVINO IR."""
-    parser = subparsers.add_parser("target", help="export a MiniCPM-OCR target to OpenVINO IR",
+    parser = subparsers.add_parser("target", formatter_class=formatter, help="export a MiniCPM-OCR target to OpenVINO IR",
                                    description="Writes the vision, embedding and language-model IRs (with "
                                                "rollback for speculative decoding), the tokenizer IRs and the "
                                                "configs into DIR, atomically.")
     _add_common_arguments(parser, weight_formats=WEIGHT_FORMATS,
                           model_help="the MiniCPM-OCR folder (config.json, model.safetensors, tokenizer, ...)")
-    parser.add_argument("--draft", help="the DSpark draft folder whose target layers and block size the IR serves")
-    parser.add_argument("--hidden-layer-ids", type=int, nargs="+", help="target layers to output (default: the draft's)")
-    parser.add_argument("--verify-length", type=int, help="tokens per verification (default: draft block size + 1)")
-    parser.add_argument("--prefill-chunk", type=int, default=128, help="tokens per prefill call")
+    parser.add_argument("--draft", metavar="DIR", type=existing_dir,
+                        help="the DSpark draft folder whose target layers and block size the IR serves")
+    parser.add_argument("--hidden-layer-ids", metavar="N", type=int_at_least(0), nargs="+",
+                        help="target layers to output (default: the draft's)")
+    parser.add_argument("--verify-length", metavar="N", type=int_at_least(2),
+                        help="tokens per verification (default: draft block size + 1)")
+    parser.add_argument("--prefill-chunk", metavar="N", type=int_at_least(1), default=128,
+                        help="tokens per prefill call")
     parser.add_argument("--downsample-mode", choices=DOWNSAMPLE_MODES,
                         help="image tokens per 2x2 (4x) or 4x4 (16x) patches (default: the checkpoint's own; 4x for "
                              "openbmb/MiniCPM-OCR-1.0, its model card's recipe)")
-    parser.add_argument("--max-slice-nums", type=int,
+    parser.add_argument("--max-slice-nums", metavar="N", type=int_at_least(1),
                         help="the most slices of a page (default: the checkpoint's own; 9 for openbmb/MiniCPM-OCR-1.0)")
     parser.set_defaults(handler=_run_target)
 
 
-def add_draft_command(subparsers) -> None:
+def add_draft_command(subparsers, formatter=argparse.HelpFormatter) -> None:
     """Registers `draft`: export a DSpark draft folder to OpenVINO IR."""
-    parser = subparsers.add_parser("draft", help="export a DSpark draft (pruned vocabulary) to OpenVINO IR",
+    parser = subparsers.add_parser("draft", formatter_class=formatter, help="export a DSpark draft (pruned vocabulary) to OpenVINO IR",
                                    description=f"Validates the draft, then writes {DRAFT_MODEL}, "
                                                f"{MARKOV_HEAD_MODEL}, config.json and "
                                                "local-to-target.json into DIR, atomically.")
@@ -113,10 +121,10 @@ def add_draft_command(subparsers) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Parses `argv` and runs the chosen subcommand; returns its exit code."""
-    parser = argparse.ArgumentParser(prog="python -m utils.export", description=__doc__.splitlines()[0])
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    add_target_command(subparsers)
-    add_draft_command(subparsers)
+    parser = command_parser(PROG.removeprefix("python -m "), __doc__.split("\n\n", 2)[2].rsplit("\n\n", 1)[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="{target,draft}")
+    add_target_command(subparsers, parser.formatter_class)
+    add_draft_command(subparsers, parser.formatter_class)
     args = parser.parse_args(argv)
     return args.handler(args)
 

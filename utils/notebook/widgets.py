@@ -5,7 +5,7 @@ from __future__ import annotations
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
-__all__ = ["device_widget", "precision_widget", "ocr_app"]
+__all__ = ["device_widget", "precision_widget", "error_message", "ocr_app"]
 
 
 def device_widget(default: str | None = None, *, extra: tuple[str, ...] = ("AUTO",)):
@@ -34,16 +34,38 @@ def precision_widget(default: str = "f32"):
     return widgets.Dropdown(options=options, value=default, description="Precision:")
 
 
+def error_message(error: BaseException) -> str:
+    """One line for the page: a rejected input says what is wrong; anything else also names its type."""
+    _log_traceback(error)
+    if isinstance(error, (ValueError, FileNotFoundError)):
+        return f"error: {error}"
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    return f"error: {type(error).__name__}: {first_line} (the traceback is in the server's log)"
+
+
+def _log_traceback(error: BaseException) -> None:
+    """Writes the traceback to the process's own stderr: the Jupyter or Voila server's log, not the page."""
+    import logging
+    import sys
+
+    logger = logging.getLogger("utils.notebook")
+    if not logger.handlers:
+        logger.addHandler(logging.StreamHandler(sys.__stderr__))
+        logger.propagate = False
+    logger.error("the OCR panel caught an error", exc_info=(type(error), error, error.__traceback__))
+
+
 def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: str = DEFAULT_PROMPT,
             max_new_tokens: int = 64):
     """The interactive OCR panel of notebook 05 and of the Voila app (`app/speculative-ocr.ipynb`).
 
-    Pick a sample page (previewed) or upload an image (a button clears it), set the prompt, precision, draft
-    tokens per step, Markov computation, confidence threshold and token budget, and press the button: the
-    page is read with the target alone and with the draft, and the panel shows the streamed text, both texts
-    side by side with an "identical" mark, the per-step view and the metrics. Bad input gets a message, not a
-    traceback, and the panel stays usable. Every control carries a `dspark-*` CSS class, so a browser test
-    can find it.
+    Pick a sample page or upload an image or a PDF (previewed; a button clears it), set the prompt, precision,
+    draft tokens per step, Markov computation, confidence threshold and token budget, and press the button:
+    each page is read with the target alone and with the draft, and the panel shows the streamed text, both
+    texts side by side with an "identical" mark, the per-step view and the metrics. The models compile on the
+    first read. Every control is disabled while a read runs; any error becomes one line in the panel (the
+    traceback goes to the server's log), and the panel stays usable. Every control carries a `dspark-*` CSS
+    class, so a browser test can find it.
 
     Args:
         target: the target IR folder.
@@ -56,10 +78,12 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
     import ipywidgets as widgets
     from IPython.display import HTML, Markdown
 
+    from utils.checkpoint.config import DSparkConfig
     from utils.evaluation.compare import compare_runs, metrics_rows
     from utils.notebook.display import markdown_table
     from utils.notebook.step_view import side_by_side_html, step_views, steps_html
     from utils.pipeline.preprocessing.image_io import load_rgb_image
+    from utils.pipeline.preprocessing.pdf import PdfPages, is_pdf
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
     pipelines = {}  # (device, precision) -> (baseline, speculative), compiled on first use
@@ -72,11 +96,13 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
         return pipelines[key]
 
     devices = device_widget() if device is None else None
-    block_size = pipelines_for(device or devices.value, "f32")[1].block_size
+    block_size = DSparkConfig.from_folder(draft).block_size
     page = widgets.Dropdown(options=[(p.name, index) for index, p in enumerate(pages)], description="Page:")
-    upload = widgets.FileUpload(accept="image/*", multiple=False, description="Upload")
+    upload = widgets.FileUpload(accept="image/*,.pdf,application/pdf", multiple=False, description="Upload")
     clear = widgets.Button(description="Clear upload", disabled=True)
-    preview = widgets.Image(format="png", layout=widgets.Layout(max_width="420px"))
+    # The preview keeps the page's aspect ratio: no stretching to the height of the controls beside it.
+    preview = widgets.Image(format="png", layout=widgets.Layout(max_width="420px", height="auto",
+                                                                align_self="flex-start", object_fit="contain"))
     prompt = widgets.Text(value=default_prompt, description="Prompt:")
     precision = precision_widget()
     wide = {"description_width": "initial"}
@@ -87,47 +113,77 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
     budget = widgets.BoundedIntText(value=max_new_tokens, min=1, max=4096, description="Max tokens:")
     run = widgets.Button(description="Read the page", button_style="primary")
     text, result = widgets.Output(), widgets.Output()
+    inputs = [page, upload, clear, prompt, precision, assistant, markov, threshold, budget, run]
+    if devices is not None:
+        inputs.append(devices)
 
-    def chosen_image():
-        if upload.value:
-            return load_rgb_image(bytes(upload.value[0]["content"]))
-        return pages[page.value].image
+    def show_error(error: BaseException) -> None:
+        result.append_stdout(error_message(error) + "\n")
+
+    def chosen_pages():
+        """The pages to read, rendered on demand: (count, page number -> RGB image)."""
+        if not upload.value:
+            return 1, lambda _: pages[page.value].image
+        uploaded = upload.value[0]
+        content = bytes(uploaded["content"])
+        if is_pdf(content) or str(uploaded.get("name", "")).lower().endswith(".pdf"):
+            with PdfPages(content, name=uploaded.get("name")) as document:
+                count = len(document)
+            return count, lambda number: _render(content, uploaded.get("name"), number)
+        image = load_rgb_image(content)
+        return 1, lambda _: image
 
     def show_preview(_=None):
         clear.disabled = not upload.value
         try:
-            image = chosen_image()
-        except ValueError as error:
+            _, render = chosen_pages()
+            buffer = io.BytesIO()
+            render(1).convert("RGB").save(buffer, format="PNG")
+        except Exception as error:  # noqa: BLE001 - any error is a message in the page, never a traceback
             preview.value = b""
             result.outputs = ()
-            result.append_stdout(f"error: {error}\n")
+            show_error(error)
             return
-        buffer = io.BytesIO()
-        image.convert("RGB").save(buffer, format="PNG")
         preview.value = buffer.getvalue()
 
     def on_clear(_):
-        upload.value = ()
-        show_preview()
-
-    def on_run(_):
-        # Outputs are appended, not captured with `with output:`, which would show an error as a traceback.
-        run.disabled, run.description = True, "Reading..."
-        text.outputs, result.outputs = (), ()
         try:
-            baseline, speculative = pipelines_for(device or devices.value, precision.value)
-            runs = compare_runs(baseline, speculative, chosen_image(), prompt.value, max_new_tokens=budget.value,
+            upload.value = ()
+            show_preview()
+        except Exception as error:  # noqa: BLE001
+            show_error(error)
+
+    def read(count: int, render) -> None:
+        baseline, speculative = pipelines_for(device or devices.value, precision.value)
+        for number in range(1, count + 1):
+            if count > 1:
+                text.append_stdout(f"--- page {number} of {count} ---\n")
+                result.append_display_data(Markdown(f"#### Page {number} of {count}"))
+            runs = compare_runs(baseline, speculative, render(number), prompt.value, max_new_tokens=budget.value,
                                 num_assistant_tokens=assistant.value, markov_head_top_k=markov.value,
                                 confidence_threshold=threshold.value, streamer=text.append_stdout)
-        except ValueError as error:
-            result.append_stdout(f"error: {error}\n")
-        else:
             drafted, alone = runs["speculative"], runs["target only"]
             result.append_display_data(HTML(side_by_side_html(drafted.texts[0], alone.texts[0])))
             result.append_display_data(HTML(steps_html(step_views(drafted.metrics.steps, speculative.token_text))))
             result.append_display_data(Markdown(markdown_table(metrics_rows(runs))))
+            if count > 1:
+                text.append_stdout("\n")
+
+    def on_run(_):
+        # Outputs are appended, not captured with `with output:`, which would show an error as a traceback.
+        enabled = {widget: widget.disabled for widget in inputs}
+        for widget in inputs:
+            widget.disabled = True
+        run.description = "Reading..."
+        text.outputs, result.outputs = (), ()
+        try:
+            read(*chosen_pages())
+        except Exception as error:  # noqa: BLE001 - any error is a message in the page, never a traceback
+            show_error(error)
         finally:
-            run.disabled, run.description = False, "Read the page"
+            for widget, disabled in enabled.items():
+                widget.disabled = disabled
+            run.description = "Read the page"
 
     named = {"page": page, "upload": upload, "clear": clear, "preview": preview, "prompt": prompt,
              "precision": precision, "assistant": assistant, "markov": markov, "threshold": threshold,
@@ -145,3 +201,11 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
         settings.insert(1, devices)
     controls = widgets.VBox([widgets.HBox([page, upload, clear]), *settings])
     return widgets.VBox([widgets.HBox([controls, preview]), text, result])
+
+
+def _render(content: bytes, name: str | None, number: int):
+    """Page `number` of an uploaded PDF."""
+    from utils.pipeline.preprocessing.pdf import PdfPages
+
+    with PdfPages(content, name=name) as document:
+        return document.render(number)

@@ -76,7 +76,7 @@ class SpeculativeOcrPipeline:
             "default" (the device's own precision, bf16 on this CPU, f16 on a GPU: faster, and a near-tie may flip).
         draft_precision: the draft's, independent of the target's: the target verifies every draft token, so
             this never changes the output, only how many drafts are accepted. "default" (the device's own, the
-            faster: README "Performance") or "f32" (acceptance figures that are the same on every machine).
+            faster: docs/performance.md) or "f32" (acceptance figures that are the same on every machine).
         cache_dir: compiled-kernel cache for GPU/AUTO.
         chat_template_kwargs: extra chat-template arguments; templates with an `enable_thinking` switch are
             rendered in non-thinking mode unless this says otherwise.

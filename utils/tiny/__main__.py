@@ -7,48 +7,58 @@ trains a target that reads typewriter pages, with the sizes of `READING_PAIR` un
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from utils.cli import command_parser, int_at_least
 from utils.files import folder_size
-from utils.tiny.manifest import HELD_OUT_WALKS, MANIFEST, write_manifest
 from utils.tiny.config import READING_DISTILL, READING_PAIR
+from utils.tiny.manifest import HELD_OUT_WALKS, MANIFEST, write_manifest
 from utils.tiny.pair import DistillConfig, PretrainConfig, ReaderConfig, TinyPairConfig, build_tiny_pair
 from utils.tiny.reading_report import reading_report_summary
 
 
 def main(argv: list[str] | None = None) -> int:
     defaults = TinyPairConfig()
-    parser = argparse.ArgumentParser(prog="python -m utils.tiny", description=__doc__)
-    parser.add_argument("--out", required=True, help="folder that receives target/ and draft/")
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--tokenizer-vocab-size", type=int, default=None,
-                        help=f"default: {defaults.tokenizer_vocab_size}, with --read "
-                             f"{READING_PAIR['tokenizer_vocab_size']} (one token per character)")
-    parser.add_argument("--vocab-size", type=int, default=None, help="target embedding rows (default: padded)")
-    parser.add_argument("--draft-vocab-size", type=int, default=None,
-                        help=f"default: {defaults.draft_vocab_size}, with --read {READING_PAIR['draft_vocab_size']}")
-    parser.add_argument("--block-size", type=int, default=defaults.block_size)
-    parser.add_argument("--target-layer-ids", type=int, nargs="+", default=list(defaults.target_layer_ids))
-    parser.add_argument("--markov-rank", type=int, default=defaults.markov_rank)
+    parser = command_parser("utils.tiny", __doc__.split("\n\n", 1)[1])
+    count = int_at_least(1)
+    parser.add_argument("--out", metavar="DIR", required=True, help="folder that receives target/ and draft/")
+    parser.add_argument("--seed", metavar="N", type=int_at_least(0), default=defaults.seed, help="the random seed")
+    parser.add_argument("--tokenizer-vocab-size", metavar="N", type=count,
+                        help=f"tokens of the trained BPE tokenizer (default: {defaults.tokenizer_vocab_size}, with "
+                             f"--read {READING_PAIR['tokenizer_vocab_size']}: one token per character)")
+    parser.add_argument("--vocab-size", metavar="N", type=count,
+                        help="target embedding rows (default: the tokenizer's, padded)")
+    parser.add_argument("--draft-vocab-size", metavar="N", type=count,
+                        help=f"the draft's pruned vocabulary (default: {defaults.draft_vocab_size}, with --read "
+                             f"{READING_PAIR['draft_vocab_size']})")
+    parser.add_argument("--block-size", metavar="N", type=count, default=defaults.block_size,
+                        help="draft tokens per block")
+    parser.add_argument("--target-layer-ids", metavar="N", type=int_at_least(0), nargs="+",
+                        default=list(defaults.target_layer_ids), help="target layers the draft reads")
+    parser.add_argument("--markov-rank", metavar="N", type=count, default=defaults.markov_rank,
+                        help="rank r of the Markov head")
     training = parser.add_mutually_exclusive_group()
     training.add_argument("--pretrain", action="store_true",
                           help="train the target to write corpus text first (learnable answers, about a minute on CPU)")
     training.add_argument("--read", action="store_true",
                           help="train the target to read typewriter pages, with the sizes of READING_PAIR (about an "
                                "hour on one CPU thread with the defaults; prints its CER and learning curve)")
-    parser.add_argument("--pretrain-steps", type=int, default=PretrainConfig().steps, help="training steps")
-    parser.add_argument("--read-steps", type=int, default=ReaderConfig().steps, help="reading training steps")
-    parser.add_argument("--read-held-out-pages", type=int, default=ReaderConfig().held_out_pages,
+    parser.add_argument("--pretrain-steps", metavar="N", type=count, default=PretrainConfig().steps,
+                        help="training steps of --pretrain")
+    parser.add_argument("--read-steps", metavar="N", type=count, default=ReaderConfig().steps,
+                        help="training steps of --read")
+    parser.add_argument("--read-held-out-pages", metavar="N", type=count, default=ReaderConfig().held_out_pages,
                         help="held-out pages each point of the reading's learning curve reads")
     parser.add_argument("--distill", action="store_true",
                         help="train the draft on the target's greedy answers (about a minute on CPU)")
-    parser.add_argument("--distill-steps", type=int, default=DistillConfig().steps, help="training steps")
-    parser.add_argument("--distill-pages", type=int, default=DistillConfig().pages, help="generated training pages")
+    parser.add_argument("--distill-steps", metavar="N", type=count, default=DistillConfig().steps,
+                        help="training steps of --distill")
+    parser.add_argument("--distill-pages", metavar="N", type=count, default=DistillConfig().pages,
+                        help="generated training pages of --distill")
     parser.add_argument("--manifest", action="store_true",
-                        help="measure the pair on held-out pages (PyTorch reference and OpenVINO at the CLI's "
-                             "defaults) and write manifest.json (hashes and figures)")
-    parser.add_argument("--overwrite", action="store_true", help="rebuild even if DIR holds a pair")
+                        help="measure the pair on held-out pages (PyTorch reference, and for a reader OpenVINO at "
+                             "the CLI's defaults) and write manifest.json (hashes and figures)")
+    parser.add_argument("--overwrite", action="store_true", help="rebuild even if the --out folder holds a pair")
     args = parser.parse_args(argv)
     try:
         sizes = dict(READING_PAIR) if args.read else {}
@@ -64,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         pair = build_tiny_pair(args.out, config, pretrain=pretrain, read=read, distill=distill,
                                overwrite=args.overwrite)
     except (ValueError, FileExistsError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2
     verb = f"built in {pair.seconds:.1f} s" if pair.seconds else "already built"
     trained = ", ".join(part for part, how in (("pretrained target", pair.pretrain), ("reading target", pair.read),
