@@ -92,9 +92,11 @@ def test_a_small_reader_learns_to_read_words_from_their_pages(reading_pair):
     """The recipe reads the page: eight words, each on its own typewriter page, are told apart only by their images.
 
     A reader that ignored the image would write one answer for every page; the best such answer costs a CER of
-    0.83 here. Measured on this machine after 400 one-page steps of the shipped recipe (answer, glyph and
-    alignment losses; about 15 s on one thread): CER MEASURED; under `ATEN_CPU_CAPABILITY=avx2`, CER MEASURED_AVX2.
-    Another rounding path trains other weights, so the bounds leave room beyond the worse of the two.
+    0.80 here. Measured on this machine after 600 one-page steps of the recipe's three losses (about two minutes
+    on one thread): CER 0 and all eight words, under PyTorch's default kernels and under `ATEN_CPU_CAPABILITY=avx2`;
+    at 300 steps it still wrote three words for all eight pages (CER 0.59). The earlier recipe (the answer loss
+    alone, words in PIL's font) reached CER 0.35 to 0.57 at 600 steps. Another rounding path trains other weights,
+    so the bounds leave room.
     """
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -109,12 +111,12 @@ def test_a_small_reader_learns_to_read_words_from_their_pages(reading_pair):
         model.train()
         train_steps([*model.parameters(), *head.parameters()],
                     lambda step: (sum(reading_losses(model, head, processor, pages[step % 8], SAMPLE_PROMPTS[0])), {}),
-                    steps=400, learning_rate=2e-3, warmup_steps=20, desc="reading eight words")
+                    steps=600, learning_rate=2e-3, warmup_steps=20, desc="reading eight words")
         model.eval()
         score = score_readings(pages, read_pages(model, processor, pages, prompt=SAMPLE_PROMPTS[0]))
     assert blind > 0.8
-    assert score.cer <= 0.3 < blind, score.readings
-    assert sum(read == word for read, word in zip(score.readings, words, strict=True)) >= 4, score.readings
+    assert score.cer <= 0.25 < blind, score.readings
+    assert sum(read == word for read, word in zip(score.readings, words, strict=True)) >= 6, score.readings
 
 
 def test_read_option_trains_a_reader_and_records_it(tmp_path, capsys):
