@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from collections import Counter
@@ -14,6 +15,8 @@ from safetensors.numpy import load_file
 from utils.checkpoint.draft import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, load_draft_checkpoint
 from utils.engine.verification import StepRecord
 from utils.evaluation.pages import sample_pages
+from utils.evaluation.reading_pages import iter_reading_pages
+from utils.evaluation.typewriter import Ink
 from utils.files import sha256_file
 from utils.reference.modeling import DraftContextCache, load_reference_draft
 from utils.tiny import BUILD_STAMP, DistillConfig, TinyPairConfig, build_tiny_pair, default_pair
@@ -72,6 +75,9 @@ def test_training_pages_never_show_a_line_of_the_held_out_pages():
     assert not held_out & set(distill_data.training_lines())
     first, again = training_pages(3, seed=4), training_pages(3, seed=4)
     assert [page.tobytes() for page in first] == [page.tobytes() for page in again]
+    typewriter = training_pages(3, seed=4, style="typewriter")  # the training split, inked at random
+    generated = itertools.islice(iter_reading_pages(seed=4, ink=Ink.random), 3)
+    assert [page.tobytes() for page in typewriter] == [page.image.tobytes() for page in generated]
 
 
 def test_frequent_vocabulary_keeps_draft_ids_of_kept_tokens_and_holds_eos():
@@ -144,6 +150,7 @@ def test_distillation_is_deterministic_from_the_command_line_and_python(tmp_path
 @pytest.mark.parametrize("options, message", [
     ({"pages": 0}, "pages=0"), ({"steps": 0}, "steps=0"), ({"max_new_tokens": 1}, "max_new_tokens=1"),
     ({"prompts": ()}, "prompts"), ({"learning_rate": 0.0}, "learning_rate=0.0"),
+    ({"page_style": "poster"}, "page_style='poster'"),
 ])
 def test_invalid_distill_options_are_rejected(options, message):
     with pytest.raises(ValueError, match=message):

@@ -1,0 +1,30 @@
+"""The reading report reads held-out pages through OpenVINO in every setting the manifest of a reading pair records."""
+
+from __future__ import annotations
+
+from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
+from utils.evaluation.pages import CORPUS_PATH
+from utils.tiny.reading_report import WALKS, measure_reading, reading_report_summary, unseen_font_page
+
+
+def test_the_unseen_font_page_shows_held_out_rows_in_another_font():
+    page = unseen_font_page(rows=3)
+    assert len(page.text.splitlines()) == 3 and page.image.width > 100
+    corpus = CORPUS_PATH.read_text(encoding="utf-8")
+    assert all(line not in corpus for line in page.text.splitlines())  # generated rows, not corpus lines
+
+
+def test_a_random_reading_pair_is_measured_in_every_setting(reading_pair):
+    """A random pair reads nothing, but the report's invariants hold: at f32 every draft walk writes what the
+    target alone writes, and each figure is where the manifest expects it."""
+    figures = measure_reading(reading_pair.root, pages=2)
+    assert figures["pages"] == 2 and figures["split"] == "held-out"
+    assert set(figures["f32_every_draft_verified"]) == set(WALKS)
+    assert figures["speculative_equals_target_only_at_f32"] is True
+    for walk in figures["f32_every_draft_verified"].values():
+        assert walk["tokens_per_step"] >= 1.0 and walk["cer"] == figures["target_only"]["f32"]["cer"]
+    assert figures["cli_defaults"]["confidence_threshold"] == DEFAULT_CONFIDENCE_THRESHOLD
+    assert 0 <= figures["pages_equal_at_default_and_f32"] <= 2
+    assert figures["default_precision"] in ("f32", "bf16", "f16", "")
+    summary = reading_report_summary(figures)
+    assert "CLI defaults" in summary and "a font never trained on" in summary
