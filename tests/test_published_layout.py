@@ -180,8 +180,10 @@ def test_the_export_command_refuses_image_settings_it_cannot_serve_before_conver
     with pytest.raises(SystemExit):  # argparse: not a choice
         main(common + ["--downsample-mode", "64x"])
     assert "invalid choice: '64x'" in capsys.readouterr().err
-    assert main(common + ["--max-slice-nums", "0"]) == 2
-    assert "max_slice_nums=0 must be a positive integer" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # checked while parsing, before anything is read
+        main(common + ["--max-slice-nums", "0"])
+    assert exit_info.value.code == 2
+    assert "--max-slice-nums: 0 is out of range: it must be at least 1" in capsys.readouterr().err
     assert main(common + ["--backend", "optimum", "--downsample-mode", "4x"]) == 2
     assert "need --backend suite" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
