@@ -9,6 +9,7 @@ target reads; no generated training page shows a row of either set (`sample_rows
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
@@ -162,8 +163,11 @@ def typewriter_sample_pages() -> list[SamplePage]:
             for name, lines in _TYPEWRITER_SAMPLES.items()]
 
 
+@cache
 def sample_rows() -> frozenset[str]:
-    """Every row of both sets of sample pages (trailing spaces dropped): text no generated training page may show."""
+    """Every row of both sets of sample pages (trailing spaces dropped): text no generated training page may show.
+
+    Cached: every generated page checks its rows against it, and the sample pages are drawn to compute it."""
     rows = {line for lines in _TYPEWRITER_SAMPLES.values() for line in lines}
     rows |= {line for page in sample_pages() for line in page.text.splitlines()}
     return frozenset(line.rstrip() for line in rows if line.strip())

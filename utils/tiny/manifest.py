@@ -6,7 +6,7 @@ suite therefore ships its default pair as files and checks them against this man
 same command gives a pair of the same quality, not the same bits.
 
 `manifest.json` holds:
-- `build`: the build stamp (`tiny-pair.json`): sizes, seed, reading and distillation options;
+- `build`: the build stamp (`tiny-pair.json`): sizes, seed, how the target and the draft were trained;
 - `command`: the command that rebuilds a pair of this kind;
 - `built_with`: the versions that trained it (for information: another version trains other bits);
 - `files`: the SHA-256 of every file below `target/` and `draft/`;

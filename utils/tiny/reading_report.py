@@ -15,6 +15,7 @@ grid), read at the CLI's defaults. The figures go into the shipped pair's manife
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,14 +54,13 @@ def _read(pipeline, pages: Sequence[ReadingPage], **options) -> dict:
 
     results = [pipeline.generate(page.image, max_new_tokens=_MAX_NEW_TOKENS, **options) for page in pages]
     texts = [result.texts[0] for result in results]
-    steps = [step for result in results for step in result.metrics.steps]
-    scores, accepted = scored_positions(steps)
     figures = {"cer": round(character_error_rate(zip(texts, (page.text for page in pages), strict=True)), 4),
                "distinct_answers": len(set(texts)), "texts": texts}
     if results[0].drafted:
-        auc = confidence_auc(scores, accepted)
+        steps = [step for result in results for step in result.metrics.steps]
+        auc = confidence_auc(*scored_positions(steps))
         figures |= {"tokens_per_step": round(mean_tokens_per_step(steps), 4),
-                    "confidence_auc": None if auc != auc else round(auc, 4)}
+                    "confidence_auc": None if math.isnan(auc) else round(auc, 4)}
     return figures
 
 
@@ -81,7 +81,7 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
     root = Path(root)
-    held_out = reading_pages(pages, seed=0, split="held-out")
+    held_out, unseen_page = reading_pages(pages, seed=0, split="held-out"), unseen_font_page()
     with tempfile.TemporaryDirectory() as folder:
         draft = export_draft(root / "draft", Path(folder) / "draft")
         target = export_target(root / "target", Path(folder) / "target", draft=root / "draft")
@@ -93,7 +93,7 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
         walks = {name: _read(exact, held_out, confidence_threshold=0.0, markov_head_top_k=top_k)
                  for name, top_k in WALKS.items()}
         alone = {"f32": _read(exact_alone, held_out), "default": _read(default_alone, held_out)}
-        unseen = _read(default, [unseen_font_page()], confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
+        unseen = _read(default, [unseen_page], confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
         precision = default.inference_precision
     truth_f32 = alone["f32"].pop("texts")
     truth_default = alone["default"].pop("texts")
@@ -109,7 +109,7 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
         "pages_equal_at_default_and_f32": sum(a == b for a, b in zip(cli_texts, truth_f32, strict=True)),
         "speculative_differs_from_target_only_at_default": sum(
             a != b for a, b in zip(cli_texts, truth_default, strict=True)),
-        "unseen_font": {"rows": len(unseen_font_page().text.splitlines()), "cer": unseen["cer"],
+        "unseen_font": {"rows": len(unseen_page.text.splitlines()), "cer": unseen["cer"],
                         "reading": unseen["texts"][0]},
     }
 
