@@ -57,7 +57,7 @@ def test_batched_anchor_forward_equals_the_reference_forward_block(tiny_pair):
     target_hidden = torch.randn(2, 30, len(config.target_layer_ids) * config.hidden_size, generator=generator)
     block_embeds = torch.randn(2, 3, config.block_size, config.hidden_size, generator=generator)
     anchors = torch.tensor([[0, 7, 29], [1, 12, 20]])  # includes an anchor without context and one at the end
-    batched = forward_anchor_blocks(draft, block_embeds, target_hidden, anchors)
+    batched, _ = forward_anchor_blocks(draft, block_embeds, target_hidden, anchors)
     for n, a in np.ndindex(*anchors.shape):
         position = int(anchors[n, a])
         cache = DraftContextCache(config.num_hidden_layers)
@@ -150,8 +150,56 @@ def test_distillation_is_deterministic_from_the_command_line_and_python(tmp_path
 @pytest.mark.parametrize("options, message", [
     ({"pages": 0}, "pages=0"), ({"steps": 0}, "steps=0"), ({"max_new_tokens": 1}, "max_new_tokens=1"),
     ({"prompts": ()}, "prompts"), ({"learning_rate": 0.0}, "learning_rate=0.0"),
-    ({"page_style": "poster"}, "page_style='poster'"),
+    ({"page_style": "poster"}, "page_style='poster'"), ({"anchors_per_sequence": -1}, "anchors_per_sequence=-1"),
+    ({"alignment_weight": -1.0}, "alignment_weight=-1.0"), ({"alignment_weight": 1.0}, "needs page_style='typewriter'"),
 ])
 def test_invalid_distill_options_are_rejected(options, message):
     with pytest.raises(ValueError, match=message):
         DistillConfig(**options)
+
+
+def _sequence(prompt_length: int, answer: list[int], image_positions: list[int]):
+    from utils.tiny.distill_data import DistillSequence
+
+    tokens = torch.tensor([0] * prompt_length + answer)
+    return DistillSequence(tokens, torch.zeros(len(tokens), 6), prompt_length, torch.tensor(image_positions))
+
+
+def test_a_block_position_is_aligned_with_the_image_token_of_its_label():
+    """Answer token k is image token k on a typewriter page: the label of block position j at the anchor that is
+    answer token i is answer token i + 1 + j, shown by image token i + 1 + j (none past the page's last)."""
+    from utils.tiny.distill import _batch
+
+    sequence = _sequence(6, [10, 11, 12, 13], image_positions=[1, 2, 3, 4])
+    batch = _batch([sequence], block_size=3, mask_token_id=99)
+    assert batch.anchor_positions.tolist() == [[6, 7, 8]]
+    assert batch.labels.tolist() == [[[11, 12, 13], [12, 13, 0], [13, 0, 0]]]
+    assert batch.glyph_positions.tolist() == [[[2, 3, 4], [3, 4, -1], [4, -1, -1]]]
+    short = _batch([_sequence(6, [10, 11, 12, 13], image_positions=[1, 2])], block_size=3, mask_token_id=99)
+    assert short.glyph_positions.tolist() == [[[2, -1, -1], [-1, -1, -1], [-1, -1, -1]]]
+
+
+def test_anchors_are_drawn_at_random_and_in_order_when_limited():
+    from utils.tiny.distill import _batch
+
+    sequence = _sequence(3, list(range(20, 40)), image_positions=list(range(1, 3)))
+    limited = _batch([sequence], block_size=2, mask_token_id=99, anchors_per_sequence=5,
+                     generator=torch.Generator().manual_seed(1))
+    positions = limited.anchor_positions[0].tolist()
+    assert len(positions) == 5 and positions == sorted(set(positions)) and positions != list(range(3, 8))
+    assert all(3 <= p < 3 + 19 for p in positions)
+    assert limited.block_ids[0, :, 0].tolist() == [sequence.token_ids[p].item() for p in positions]
+
+
+def test_alignment_loss_is_low_when_the_draft_looks_at_the_glyph_and_ignores_unshown_labels():
+    from utils.tiny.distill import alignment_loss
+
+    glyphs = torch.tensor([[[2, -1]]])  # [N=1, A=1, B=2]: position 1's label is past the page
+    looking = torch.zeros(1, 2, 1, 2, 5)  # [N, heads, A, B, S]
+    looking[..., 2] = 1.0
+    looking[..., 1, :] = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0])  # an unshown label may look anywhere
+    uniform = torch.full((1, 2, 1, 2, 5), 0.2)
+    assert alignment_loss([looking], glyphs).item() == pytest.approx(0.0, abs=1e-5)
+    assert alignment_loss([uniform, looking], glyphs).item() == pytest.approx(0.0, abs=1e-5)  # the last layer's
+    assert alignment_loss([looking, uniform], glyphs).item() == pytest.approx(-np.log(0.2), rel=1e-4)
+    assert alignment_loss([uniform], torch.full((1, 1, 2), -1)).item() == 0.0

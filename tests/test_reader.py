@@ -11,7 +11,7 @@ from utils.evaluation.character_error_rate import character_error_rate, edit_dis
 from utils.evaluation.pages import SAMPLE_PROMPTS, sample_rows
 from utils.evaluation.reading_pages import PAGE_KINDS, ReadingPage, line_split, reading_pages
 from utils.evaluation.typewriter import render_typewriter_page
-from utils.tiny import BUILD_STAMP, ReaderConfig
+from utils.tiny import BUILD_STAMP, DistillConfig, ReaderConfig
 from utils.tiny.__main__ import main as tiny_cli
 from utils.tiny.config import READING_PAIR
 from utils.tiny.reader import read_pages, reading_losses, score_readings
@@ -130,3 +130,22 @@ def test_read_option_trains_a_reader_and_records_it(tmp_path, capsys):
     assert {name: stamp[name] for name in READING_PAIR} == READING_PAIR
     with pytest.raises(SystemExit):
         tiny_cli(["--out", str(tmp_path / "both"), "--read", "--pretrain"])
+
+
+def test_a_reading_pair_distils_with_the_reading_options_unless_the_command_names_others(tmp_path, monkeypatch):
+    from utils.tiny import __main__ as command
+    from utils.tiny.config import READING_DISTILL
+
+    built = {}
+
+    def record(out, config, **stages):
+        built.update(stages)
+        raise FileExistsError("recorded")  # stop before anything trains
+
+    monkeypatch.setattr(command, "build_tiny_pair", record)
+    assert tiny_cli(["--out", str(tmp_path), "--read", "--distill"]) == 2
+    assert built["distill"] == DistillConfig(**READING_DISTILL)
+    assert tiny_cli(["--out", str(tmp_path), "--read", "--distill", "--distill-steps", "7"]) == 2
+    assert built["distill"] == DistillConfig(**(READING_DISTILL | {"steps": 7}))
+    assert tiny_cli(["--out", str(tmp_path), "--pretrain", "--distill", "--distill-pages", "3"]) == 2
+    assert built["distill"] == DistillConfig(pages=3)

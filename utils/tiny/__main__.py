@@ -2,7 +2,8 @@
 [--distill] [--manifest]`.
 
 The shipped default pair (`utils/tiny/default`) is `--pretrain --distill --manifest` with the defaults. `--read`
-trains a target that reads typewriter pages, with the sizes of `READING_PAIR` unless an option names another.
+trains a target that reads typewriter pages, with the sizes of `READING_PAIR` unless an option names another, and
+`--read --distill` distils its draft as `READING_DISTILL` says.
 """
 
 from __future__ import annotations
@@ -51,10 +52,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="held-out pages each point of the reading's learning curve reads")
     parser.add_argument("--distill", action="store_true",
                         help="train the draft on the target's greedy answers (about a minute on CPU)")
-    parser.add_argument("--distill-steps", metavar="N", type=count, default=DistillConfig().steps,
-                        help="training steps of --distill")
-    parser.add_argument("--distill-pages", metavar="N", type=count, default=DistillConfig().pages,
-                        help="generated training pages of --distill")
+    parser.add_argument("--distill-steps", metavar="N", type=count,
+                        help=f"training steps of --distill (default: {DistillConfig().steps}, with --read "
+                             f"{READING_DISTILL['steps']})")
+    parser.add_argument("--distill-pages", metavar="N", type=count,
+                        help=f"generated training pages of --distill (default: {DistillConfig().pages}, with --read "
+                             f"{READING_DISTILL['pages']})")
     parser.add_argument("--manifest", action="store_true",
                         help="measure the pair on held-out pages (PyTorch reference, and for a reader OpenVINO at "
                              "the CLI's defaults) and write manifest.json (hashes and figures)")
@@ -68,9 +71,10 @@ def main(argv: list[str] | None = None) -> int:
                                 target_layer_ids=tuple(args.target_layer_ids), markov_rank=args.markov_rank, **sizes)
         pretrain = PretrainConfig(steps=args.pretrain_steps) if args.pretrain else None
         read = ReaderConfig(steps=args.read_steps, held_out_pages=args.read_held_out_pages) if args.read else None
-        reading_distill = READING_DISTILL if args.read else {}
-        distill = (DistillConfig(steps=args.distill_steps, pages=args.distill_pages, **reading_distill)
-                   if args.distill else None)
+        distill_options = dict(READING_DISTILL) if args.read else {}
+        distill_options |= {name: getattr(args, f"distill_{name}") for name in ("steps", "pages")
+                            if getattr(args, f"distill_{name}") is not None}
+        distill = DistillConfig(**distill_options) if args.distill else None
         pair = build_tiny_pair(args.out, config, pretrain=pretrain, read=read, distill=distill,
                                overwrite=args.overwrite)
     except (ValueError, FileExistsError) as error:

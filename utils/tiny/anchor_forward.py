@@ -32,14 +32,18 @@ def _split_batch(x: torch.Tensor, batch: int) -> torch.Tensor:
 
 
 def _block_attention(attention: DSparkAttention, block: torch.Tensor, context_kv: tuple[torch.Tensor, torch.Tensor],
-                     block_rope: tuple[torch.Tensor, torch.Tensor], context_mask: torch.Tensor) -> torch.Tensor:
-    """Attention of every block over the context before its anchor and over itself.
+                     block_rope: tuple[torch.Tensor, torch.Tensor], context_mask: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of every block over the context before its anchor and over itself: (output, context weights).
 
     Args:
         block: [1, N*A*B, H] normed block states, flattened.
         context_kv: keys/values [N, kv_heads, S, head_dim].
         block_rope: cos/sin [N*A*B, head_dim].
         context_mask: [N, A, 1, S] True where the block may read the context position.
+
+    Returns:
+        ([1, N*A*B, H] attention output, [N, heads, A, B, S] attention weights on the context positions).
     """
     config = attention.config
     batch, anchors, _, _ = context_mask.shape
@@ -58,11 +62,11 @@ def _block_attention(attention: DSparkAttention, block: torch.Tensor, context_kv
     weights = torch.softmax(torch.cat((context_scores, block_scores), dim=-1), dim=-1)
     context_weights, block_weights = weights.split((context_scores.shape[-1], block_scores.shape[-1]), dim=-1)
     output = context_weights @ context_values + block_weights @ block_values  # [N, heads, A, B, d]
-    return attention.o_proj(output.permute(0, 2, 3, 1, 4).reshape(1, block.shape[1], -1))
+    return attention.o_proj(output.permute(0, 2, 3, 1, 4).reshape(1, block.shape[1], -1)), context_weights
 
 
 def forward_anchor_blocks(model: DSparkDraftModel, block_embeds: torch.Tensor, target_hidden: torch.Tensor,
-                          anchor_positions: torch.Tensor) -> torch.Tensor:
+                          anchor_positions: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Runs a block at every anchor; block `a` reads the context positions before `anchor_positions[n, a]`.
 
     Equals `model.forward_block(block_embeds[n, a][None], target_hidden[n, :anchor][None], empty cache)` for
@@ -75,7 +79,8 @@ def forward_anchor_blocks(model: DSparkDraftModel, block_embeds: torch.Tensor, t
         anchor_positions: [N, A] position of each anchor in its sequence (the block covers anchor .. anchor+B-1).
 
     Returns:
-        [N, A, B, H] final hidden states of the blocks (after `norm`).
+        ([N, A, B, H] final hidden states of the blocks (after `norm`), per layer the [N, heads, A, B, S] attention
+        weights of the block positions on the context positions, for an alignment loss).
     """
     config = model.config
     batch, anchors, block_size, hidden_size = block_embeds.shape
@@ -85,10 +90,12 @@ def forward_anchor_blocks(model: DSparkDraftModel, block_embeds: torch.Tensor, t
     block_positions = anchor_positions[..., None] + torch.arange(block_size)
     context_rope, block_rope = _rope(context_positions, config), _rope(block_positions, config)
     context_mask = (torch.arange(length) < anchor_positions[..., None])[:, :, None]  # [N, A, 1, S]
-    hidden = block_embeds.reshape(1, -1, hidden_size)
+    hidden, context_weights = block_embeds.reshape(1, -1, hidden_size), []
     for layer in model.layers:
         context_kv = tuple(_split_batch(x, batch) for x in layer.self_attn.project_kv(context, *context_rope))
-        hidden = hidden + _block_attention(layer.self_attn, layer.input_layernorm(hidden), context_kv, block_rope,
-                                           context_mask)
+        attended, weights = _block_attention(layer.self_attn, layer.input_layernorm(hidden), context_kv, block_rope,
+                                             context_mask)
+        hidden = hidden + attended
         hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-    return model.norm(hidden).view(batch, anchors, block_size, hidden_size)
+        context_weights.append(weights)
+    return model.norm(hidden).view(batch, anchors, block_size, hidden_size), context_weights

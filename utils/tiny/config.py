@@ -14,8 +14,8 @@ from utils.evaluation.pages import SAMPLE_PROMPTS
 from utils.evaluation.typewriter import MAX_PAGE_CELLS
 from utils.tiny.tokenizer import BYTE_VOCABULARY
 
-__all__ = ["BUILD_STAMP", "READING_PAIR", "READING_DISTILL", "TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig",
-           "BUILDER_VERSION"]
+__all__ = ["BUILD_STAMP", "READING_PAIR", "READING_DISTILL", "TinyPairConfig", "PretrainConfig", "ReaderConfig",
+           "DistillConfig", "BUILDER_VERSION"]
 
 BUILD_STAMP = "tiny-pair.json"  # written into every pair folder: the options it was built with
 BUILDER_VERSION = 2  # bump when the builder's output changes, so pairs built by older code are rebuilt
@@ -115,8 +115,10 @@ class TinyPairConfig:
 # smaller initialisation, with which training from random weights starts faster.
 READING_PAIR = {"tokenizer_vocab_size": BYTE_VOCABULARY, "draft_vocab_size": 96, "initializer_range": 0.02,
                 "scale_resolution": 560, "small_image_upsize": "never"}
-# How a reading pair's draft distils (`DistillConfig`): on the pages its target reads, to the end of the longest.
-READING_DISTILL = {"page_style": "typewriter", "max_new_tokens": MAX_PAGE_CELLS + 1}
+# How a reading pair's draft distils (`DistillConfig`): on the pages its target reads, to the end of the longest,
+# told where on the page the characters it predicts are (`alignment_weight`), on 32 anchors of each answer per step.
+READING_DISTILL = {"page_style": "typewriter", "max_new_tokens": MAX_PAGE_CELLS + 1, "pages": 64, "steps": 1500,
+                   "anchors_per_sequence": 32, "alignment_weight": 1.0}
 
 
 @dataclass(frozen=True)
@@ -197,10 +199,19 @@ class DistillConfig:
     learning_rate: float = 3e-3
     loss_decay_gamma: float = 4.0
     confidence_alpha: float = 1.0
+    anchors_per_sequence: int = 0  # anchors trained on per answer, drawn at random each step; 0: every position
+    alignment_weight: float = 0.0  # typewriter pages: block position j attends the image token of its label
     seed: int = 0
 
     def __post_init__(self):
         _check_counts_and_prompts(self, ("pages", "steps", "sequences_per_step"))
+        if self.anchors_per_sequence < 0:
+            raise ValueError(f"DistillConfig: anchors_per_sequence={self.anchors_per_sequence} must be >= 0")
+        if self.alignment_weight < 0:
+            raise ValueError(f"DistillConfig: alignment_weight={self.alignment_weight} must be >= 0")
+        if self.alignment_weight and self.page_style != "typewriter":
+            raise ValueError("DistillConfig: alignment_weight needs page_style='typewriter' (answer token k is "
+                             "image token k only there)")
         if self.max_new_tokens < 2:
             raise ValueError(f"DistillConfig: max_new_tokens={self.max_new_tokens} must be >= 2 "
                              f"(an anchor and a label)")
@@ -215,3 +226,4 @@ class DistillConfig:
     def options(self) -> dict:
         """Every option, JSON-ready (recorded in the pair's build stamp)."""
         return _json_ready(self)
+

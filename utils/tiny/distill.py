@@ -43,7 +43,7 @@ from utils.tiny.config import DistillConfig
 from utils.tiny.distill_data import DistillSequence, collect_sequences, training_pages
 from utils.tiny.training import quiet_single_thread, train_steps
 
-__all__ = ["DistillReport", "frequent_vocabulary", "distill_draft", "dspark_loss"]
+__all__ = ["DistillReport", "frequent_vocabulary", "distill_draft", "dspark_loss", "alignment_loss"]
 
 # Reference module parameter -> published checkpoint tensor, where the two names differ.
 _CHECKPOINT_NAMES = {
@@ -75,28 +75,60 @@ class _Batch:
     anchor_positions: torch.Tensor  # [N, A]
     labels: torch.Tensor  # [N, A, B] target ids of the tokens after the anchor (0 where absent)
     present: torch.Tensor  # [N, A, B] bool: the label exists (inside the answer, real anchor)
+    glyph_positions: torch.Tensor  # [N, A, B] position of the image token that shows the label, -1 where none
 
 
-def _batch(sequences: list[DistillSequence], *, block_size: int, mask_token_id: int) -> _Batch:
+def _anchor_choice(sequence: DistillSequence, limit: int, generator: torch.Generator) -> torch.Tensor:
+    """The anchor positions trained on: every answer position but the last, or `limit` of them drawn at random."""
+    positions = torch.arange(sequence.prompt_length, len(sequence.token_ids) - 1)
+    if 0 < limit < len(positions):
+        positions = positions[torch.randperm(len(positions), generator=generator)[:limit].sort().values]
+    return positions
+
+
+def _batch(sequences: list[DistillSequence], *, block_size: int, mask_token_id: int, anchors_per_sequence: int = 0,
+           generator: torch.Generator | None = None) -> _Batch:
+    generator = generator or torch.Generator().manual_seed(0)
+    chosen = [_anchor_choice(s, anchors_per_sequence, generator) for s in sequences]
     length = max(len(s.token_ids) for s in sequences)
-    anchors = max(len(s.token_ids) - 1 - s.prompt_length for s in sequences)
-    shape = (len(sequences), anchors, block_size)
+    shape = (len(sequences), max(map(len, chosen)), block_size)
     block_ids = torch.full(shape, mask_token_id)
     target_hidden = torch.zeros(len(sequences), length, sequences[0].target_hidden.shape[-1])
     anchor_positions = torch.zeros(shape[:2], dtype=torch.long)
     labels = torch.zeros(shape, dtype=torch.long)
     present = torch.zeros(shape, dtype=torch.bool)
-    for n, sequence in enumerate(sequences):
-        tokens, size = sequence.token_ids, len(sequence.token_ids)
+    glyph_positions = torch.full(shape, -1)
+    for n, (sequence, positions) in enumerate(zip(sequences, chosen)):
+        tokens, size, count = sequence.token_ids, len(sequence.token_ids), len(positions)
         target_hidden[n, :size] = sequence.target_hidden
-        positions = torch.arange(sequence.prompt_length, size - 1)
-        count = len(positions)
         anchor_positions[n, :count] = positions
         block_ids[n, :count, 0] = tokens[positions]
         label_positions = positions[:, None] + torch.arange(1, block_size + 1)
         present[n, :count] = label_positions < size
         labels[n, :count] = torch.where(present[n, :count], tokens[label_positions.clamp(max=size - 1)], 0)
-    return _Batch(block_ids, target_hidden, anchor_positions, labels, present)
+        glyphs = label_positions - sequence.prompt_length  # answer token k is image token k on a typewriter page
+        shown = present[n, :count] & (glyphs < len(sequence.image_positions))
+        glyph_positions[n, :count] = torch.where(
+            shown, sequence.image_positions[glyphs.clamp(max=len(sequence.image_positions) - 1)], -1)
+    return _Batch(block_ids, target_hidden, anchor_positions, labels, present, glyph_positions)
+
+
+def alignment_loss(context_weights: list[torch.Tensor], glyph_positions: torch.Tensor) -> torch.Tensor:
+    """Mean negative log attention of every block position, in every head of the draft's last layer, on the image
+    token that shows the token it predicts. Training only: it tells a draft where on a typewriter page its next
+    characters are. The earlier layers stay free to gather what the block needs to find them (the anchor, the
+    characters before it).
+
+    Args:
+        context_weights: per layer [N, heads, A, B, S], from `forward_anchor_blocks`.
+        glyph_positions: [N, A, B] context position of that image token, -1 where there is none.
+    """
+    shown = glyph_positions >= 0
+    if not shown.any():
+        return torch.zeros(())
+    weights = context_weights[-1]
+    index = glyph_positions.clamp(min=0)[:, None, ..., None].expand(*weights.shape[:-1], 1)
+    return -torch.log(weights.gather(-1, index)[..., 0] + 1e-6).mean(1)[shown].mean()
 
 
 def dspark_loss(model: DSparkDraftModel, block_hidden: torch.Tensor, *, anchor_ids: torch.Tensor,
@@ -177,17 +209,25 @@ def _train(model: DSparkDraftModel, embed_tokens: torch.nn.Module, sequences: li
     draft_config = model.config
     draft_index = _draft_index(model)
     chosen_batches = _shuffled_batches(len(sequences), size=config.sequences_per_step, seed=config.seed)
+    anchor_generator = torch.Generator().manual_seed(config.seed)
 
     def step_loss(step: int) -> tuple[torch.Tensor, dict]:
         batch = _batch([sequences[i] for i in next(chosen_batches)], block_size=draft_config.block_size,
-                       mask_token_id=draft_config.mask_token_id)
+                       mask_token_id=draft_config.mask_token_id, anchors_per_sequence=config.anchors_per_sequence,
+                       generator=anchor_generator)
         with torch.no_grad():
             block_embeds = embed_tokens(batch.block_ids)
-        hidden = forward_anchor_blocks(model, block_embeds, batch.target_hidden, batch.anchor_positions)
+        hidden, context_weights = forward_anchor_blocks(model, block_embeds, batch.target_hidden,
+                                                        batch.anchor_positions)
         loss, stats = dspark_loss(model, hidden, anchor_ids=batch.block_ids[..., 0], labels=batch.labels,
                                   present=batch.present, draft_index=draft_index,
                                   loss_decay_gamma=config.loss_decay_gamma, confidence_alpha=config.confidence_alpha)
-        return loss, {"accuracy": stats["accuracy"]}
+        shown = {"accuracy": stats["accuracy"]}
+        if config.alignment_weight:
+            alignment = alignment_loss(context_weights, batch.glyph_positions)
+            loss = loss + config.alignment_weight * alignment
+            shown["align"] = alignment.item()
+        return loss, shown
 
     model.train()
     losses = train_steps(model.parameters(), step_loss, steps=config.steps, learning_rate=config.learning_rate,

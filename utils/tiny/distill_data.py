@@ -35,6 +35,7 @@ class DistillSequence:
     token_ids: torch.Tensor  # [S] int64: prompt ids (image placeholders included), then the answer
     target_hidden: torch.Tensor  # [S, L*H] target layer outputs at every position
     prompt_length: int  # P: the first answer token (the first anchor) sits at position P
+    image_positions: torch.Tensor  # [I] int64: positions of the image tokens, in the page's order
 
 
 def prompt_inputs(processor, image, prompt: str) -> dict:
@@ -109,5 +110,6 @@ def collect_sequences(target, processor, cases: list[tuple], *, hidden_layer_ids
             continue
         embeds = torch.cat((runner.prompt_embeddings(inputs), runner.embed(answer.tolist())), dim=1)
         _, hidden = runner(embeds)
-        sequences.append(DistillSequence(output[0], hidden[0], prompt_length))
+        image_positions = (output[0] == target.config.image_token_id).nonzero()[:, 0]
+        sequences.append(DistillSequence(output[0], hidden[0], prompt_length, image_positions))
     return sequences
