@@ -9,8 +9,8 @@ import pytest
 
 from utils.engine.device import F32_PROPERTIES
 from utils.engine.draft import DraftModel, MarkovHead
-from utils.evaluation.ablation import (PER_POSITION_ARGMAX, differing_pages, markov_variants, run_ablation,
-                                       threshold_variants, totals, walk_margins)
+from utils.evaluation.ablation import (PER_POSITION_ARGMAX, describe_threshold, describe_walks, differing_pages,
+                                       markov_variants, run_ablation, threshold_variants, totals, walk_margins)
 from utils.evaluation.pages import sample_pages
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
@@ -66,8 +66,27 @@ def test_differing_pages_lists_only_pages_whose_variants_disagree():
 
 
 def test_walk_margins_compare_the_walks_on_every_drafted_position(pipeline):
-    margins = walk_margins(pipeline, sample_pages()[0], max_new_tokens=24)
+    margins = walk_margins(pipeline, sample_pages()[:1], max_new_tokens=24)
     assert margins["positions"] == len(margins["logit_leads"]) > 0
     assert all(0 <= margins[key] <= margins["positions"]
                for key in ("top_k_equals_argmax", "dense_equals_argmax", "dense_equals_top_k"))
     assert min(margins["logit_leads"]) >= 0
+
+
+def _rows(page: str, variant: str, *, drafts: int, tokens: int, steps: int, lowest: float | None) -> dict:
+    return {"page": page, "variant": variant, "tokens": (1,) * tokens, "steps": steps, "drafts verified": drafts,
+            "tokens per step": tokens / steps, "lowest confidence": lowest, "ms per token": 1.0}
+
+
+def test_the_paragraphs_say_where_variants_differ_and_why_from_the_figures():
+    same = [_rows("a", "threshold 0", drafts=16, tokens=9, steps=3, lowest=0.62),
+            _rows("a", "threshold 0.5 (default)", drafts=16, tokens=9, steps=3, lowest=0.62)]
+    text = describe_threshold(same, 0.5)
+    assert text.startswith("No difference on any of the 1 pages") and "0.62, above the threshold 0.5" in text
+    cut = [same[0], _rows("a", "threshold 0.5 (default)", drafts=10, tokens=9, steps=3, lowest=0.7)]
+    assert describe_threshold(cut, 0.5).startswith("They differ on 1 of 1 pages (a)")
+    walks = [_rows("a", "per-position argmax", drafts=16, tokens=8, steps=3, lowest=None),
+             _rows("a", "Top-64 walk", drafts=16, tokens=9, steps=3, lowest=None)]
+    margins = {"positions": 16, "top_k_equals_argmax": 15, "dense_equals_top_k": 16, "logit_leads": [0.1, 2.0, 3.0]}
+    text = describe_walks(walks, margins)
+    assert "differ on 1 of 1 pages" in text and "at 15 of 16 drafted positions" in text and "0.10 at the least" in text

@@ -23,7 +23,7 @@ from utils.engine.draft import DSparkProposer
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
 __all__ = ["PER_POSITION_ARGMAX", "Variant", "markov_variants", "threshold_variants", "run_ablation",
-           "differing_pages", "totals", "walk_margins"]
+           "differing_pages", "totals", "walk_margins", "describe_walks", "describe_threshold"]
 
 PER_POSITION_ARGMAX = 1  # markov_head_top_k of the Top-1 scorer: each block position's best logit, no Markov term
 
@@ -125,8 +125,8 @@ class _RecordingHead:
         return self.head.walk(logits, hidden, anchor=anchor, num_tokens=num_tokens, top_k=top_k)
 
 
-def walk_margins(pipeline, page, *, prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 64) -> dict:
-    """Why the walks agree or not, on the blocks of one page's run (Top-K walk, every draft verified): for each
+def walk_margins(pipeline, pages, *, prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 64) -> dict:
+    """Why the walks agree or not, on the blocks of the pages' runs (Top-K walk, every draft verified): for each
     block position, whether the Top-K walk, the dense walk and the per-position argmax chose the same token, and
     the lead of the best block logit over the second (a Markov term smaller than it cannot change the choice).
 
@@ -142,8 +142,9 @@ def walk_margins(pipeline, page, *, prompt: str = DEFAULT_PROMPT, max_new_tokens
     proposer = DSparkProposer(pipeline.proposer.draft, recorder, pipeline.embed)
     decoder = SpeculativeDecoder(pipeline.language_model, pipeline.embed, stop_token_ids=pipeline.eos_token_ids,
                                  proposer=proposer, block_size=pipeline.block_size)
-    decoder.generate(pipeline.prompt_embeddings(page.image, prompt), max_new_tokens=max_new_tokens,
-                     confidence_threshold=0.0)
+    for page in pages:
+        decoder.generate(pipeline.prompt_embeddings(page.image, prompt), max_new_tokens=max_new_tokens,
+                         confidence_threshold=0.0)
     head = recorder.head
     same = {"top_k_equals_argmax": 0, "dense_equals_argmax": 0, "dense_equals_top_k": 0}
     leads = []
@@ -156,3 +157,37 @@ def walk_margins(pipeline, page, *, prompt: str = DEFAULT_PROMPT, max_new_tokens
         best_two = np.sort(logits[:count], axis=-1)[:, -2:]
         leads += (best_two[:, 1] - best_two[:, 0]).tolist()
     return {"positions": len(leads), **same, "logit_leads": leads}
+
+
+def _differences(rows: list[dict]) -> str:
+    pages = differing_pages(rows)
+    count = len(dict.fromkeys(row["page"] for row in rows))
+    if not pages:
+        return f"No difference on any of the {count} pages"
+    return f"They differ on {len(pages)} of {count} pages ({', '.join(pages)})"
+
+
+def describe_walks(rows: list[dict], margins: dict) -> str:
+    """What the Markov walk changed, in one paragraph of Markdown built from `run_ablation` rows (markov_variants)
+    and `walk_margins` on the same pages."""
+    summary = totals(rows)
+    figures = "; ".join(f"{name}: {values['tokens per step']:.2f} tokens per step" for name, values in summary.items())
+    leads = np.asarray(margins["logit_leads"]) if margins["logit_leads"] else np.zeros(1)
+    return (f"{_differences(rows)}. Over all pages, {figures}. Why: the Top-K walk kept each position's own best "
+            f"block logit at {margins['top_k_equals_argmax']} of {margins['positions']} drafted positions, and the "
+            f"dense walk chose as the Top-K walk at {margins['dense_equals_top_k']} of {margins['positions']}. The "
+            f"best block logit led the second by {np.median(leads):.2f} (median) and {leads.min():.2f} at the "
+            f"least: the Markov term `W2 @ W1[prev]` changes a choice only where it outweighs that lead.")
+
+
+def describe_threshold(rows: list[dict], threshold: float) -> str:
+    """What the confidence threshold changed, in one paragraph of Markdown built from `run_ablation` rows
+    (threshold_variants)."""
+    summary = totals(rows)
+    figures = "; ".join(f"{name}: {values['drafts verified per step']:.2f} drafts verified per step, "
+                        f"{values['tokens per step']:.2f} tokens per step" for name, values in summary.items())
+    lowest = min((row["lowest confidence"] for row in rows if row["lowest confidence"] is not None), default=None)
+    why = ("no draft has a confidence" if lowest is None else
+           f"the lowest confidence of any draft verified at threshold 0 was {lowest:.2f}, "
+           f"{'below' if lowest < threshold else 'above'} the threshold {threshold:g}")
+    return f"{_differences(rows)}. Over all pages, {figures}. Why: {why}."
