@@ -96,26 +96,32 @@ def results(tiny_ir):
 def test_results_schema_and_invariant(results):
     """The draft at the device's own precision (bf16 here) never changes the f32 target's output."""
     json.dumps(results, allow_nan=False)  # valid JSON: no NaN
-    assert results["schema_version"] == 3 and results["draft_precision"] == "default"
+    assert results["schema_version"] == 4 and results["draft_precision"] == "default"
     assert results["output_mismatches"] == []
     assert results["repeats"] == 2 and results["precision"] == "f32" and results["inference_precision"] == "f32"
     names = [config["name"] for config in results["configurations"]]
-    assert names == ["target only", "draft, Top-K scorer", "draft, dense walk, K=4"]
+    assert names == ["target only", "draft, Top-K scorer", "draft, dense walk, 4 drafts"]
     keys = {"decode_tokens_per_s", "speedup", "mean_tokens_per_step", "tokens_per_step_histogram",
             "conditional_acceptance", "time_breakdown_s", "confidence", "generated_tokens", "pages"}
     for config in results["configurations"]:
         assert keys <= set(config)
         assert config["pages"] == 2  # one median record per page, whatever the repeats
+        assert len(config["speedup_by_repeat"]) == 2 and all(ratio > 0 for ratio in config["speedup_by_repeat"])
     baseline = results["configurations"][0]
     assert baseline["speedup"] == 1.0 and baseline["mean_tokens_per_step"] == 1.0
+    assert baseline["speedup_by_repeat"] == [1.0, 1.0]
     assert results["configurations"][1]["generated_tokens"] == baseline["generated_tokens"]
 
 
 def test_markdown_report_has_the_seed_table_shape(results):
     table = markdown_report(results).splitlines()
-    assert table[0] == "| Draft | Markov head | K | Decode tok/s | Speedup | Tokens per step |"
+    assert table[0] == ("| Draft | Markov head | Drafts per step | Decode tok/s | Speedup | Speedup min to max over "
+                        "repeats | Tokens per step |")
     assert table[2].startswith("| (target alone) |") and "1.00x" in table[2]
     assert "dense walk (top_k=0)" in table[4] and "| 4 |" in table[4]
+    low, high = (min(results["configurations"][2]["speedup_by_repeat"]),
+                 max(results["configurations"][2]["speedup_by_repeat"]))
+    assert f"| {low:.2f}x to {high:.2f}x |" in table[4]
 
 
 def test_command_line_writes_json(tiny_ir, tmp_path, capsys):

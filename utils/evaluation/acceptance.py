@@ -77,7 +77,8 @@ def _accepted_and_observed(step: StepRecord) -> tuple[int, int]:
 
 
 def conditional_acceptance(steps: Sequence[StepRecord]) -> list[dict]:
-    """Per draft position k = 1..K: how often it was reached (and checked), accepted, and P(accepted | reached)."""
+    """Per draft position k = 1, 2, ... (up to the drafts per step): how often it was reached (and checked),
+    accepted, and P(accepted | reached)."""
     counts = [_accepted_and_observed(step) for step in _drafting_steps(steps)]
     longest = max((observed for _, observed in counts), default=0)
     rows = []

@@ -32,8 +32,8 @@ def draw_speculative_step(*, drafts: int = 5, accepted: int = 3):
     """A figure of one step: block -> Markov walk -> one verification -> accept rule -> rollback.
 
     Args:
-        drafts: K, the drafts verified in the step.
-        accepted: a, the drafts the target accepts (0 <= a <= K).
+        drafts: the drafts verified in the step.
+        accepted: a, the drafts the target accepts (0 <= a <= drafts).
     """
     import matplotlib.pyplot as plt
 
