@@ -9,12 +9,12 @@ import pytest
 
 from utils.bench import main
 from utils.engine.verification import StepRecord
-from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, scored_positions,
-                                         tokens_per_step_histogram)
+from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, replay_threshold,
+                                         scored_positions, tokens_per_step_histogram)
 from utils.evaluation.benchmark import BenchConfig, markdown_report, run_benchmark, summarize
 
 PREFILL = StepRecord(drafted=(), emitted=(7,))
-STEPS = [  # four drafting steps of K=3: accepted 0, 3, 1, 2
+STEPS = [  # four drafting steps of 3 drafts: accepted 0, 3, 1, 2
     PREFILL,
     StepRecord(drafted=(1, 2, 3), emitted=(9,), confidences=(0.2, 0.1, 0.1)),
     StepRecord(drafted=(1, 2, 3), emitted=(1, 2, 3, 4), confidences=(0.9, 0.8, 0.7)),
@@ -44,6 +44,14 @@ def test_scored_positions_stop_at_the_first_rejection():
     scores, accepted = scored_positions(STEPS)
     assert scores == [0.2, 0.9, 0.8, 0.7, 0.6, 0.3, 0.7, 0.6, 0.4]
     assert accepted == [False, True, True, True, True, False, True, True, False]
+
+
+def test_a_replayed_threshold_verifies_the_confident_prefix_and_loses_the_accepted_drafts_after_it():
+    replay = replay_threshold(STEPS, 0.65)  # confident prefixes: 0, 3, 0, 1 drafts
+    assert (replay["drafts verified"], replay["drafts verified at threshold"]) == (12, 4)
+    assert (replay["accepted drafts"], replay["accepted drafts at threshold"]) == (6, 4)
+    assert replay["accepted drafts lost"] == 2 and replay["steps"] == 4
+    assert replay_threshold(STEPS, 0.0)["accepted drafts lost"] == 0
 
 
 def test_confidence_auc_and_reliability():

@@ -20,13 +20,13 @@ from pathlib import Path
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.timing import STAGES
 from utils.engine.verification import mean_tokens_per_step
-from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, scored_positions,
-                                         tokens_per_step_histogram)
+from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, replay_threshold,
+                                         scored_positions, tokens_per_step_histogram)
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
 __all__ = ["SCHEMA_VERSION", "BenchConfig", "summarize", "run_benchmark", "markdown_report", "configurations"]
 
-SCHEMA_VERSION = 4  # 4: configuration names say "N drafts"; speedup_by_repeat
+SCHEMA_VERSION = 4  # 4: configuration names say "N drafts"; speedup_by_repeat; confidence.default_threshold
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,8 @@ def summarize(runs: list[dict]) -> dict:
         "conditional_acceptance": conditional_acceptance(steps),
         "time_breakdown_s": stages,
         "confidence": {"auc": confidence_auc(scores, accepted), "reliability": reliability_bins(scores, accepted),
-                       "scores": scores, "accepted": accepted},
+                       "scores": scores, "accepted": accepted,
+                       "default_threshold": replay_threshold(steps, DEFAULT_CONFIDENCE_THRESHOLD)},
     }
 
 
