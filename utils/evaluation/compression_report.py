@@ -226,7 +226,8 @@ def time_per_token(targets: Mapping[str, Path | str], drafts: Mapping[str, Path 
     turns, `repeats` times.
 
     Returns:
-        One row per format: {"model", "format", "ms per token" (median), "min", "max"}.
+        One row per format: {"model", "format", "tokens per step" (of the last repeat: the device's precision may
+        change it), "ms per token" (median), "min", "max"}.
     """
     import statistics
 
@@ -240,14 +241,16 @@ def time_per_token(targets: Mapping[str, Path | str], drafts: Mapping[str, Path 
                   for fmt, folder in drafts.items()}
     for pipeline in pipelines.values():
         pipeline.generate(pages[0].image, prompt, max_new_tokens=max_new_tokens)
-    times = {key: [] for key in pipelines}
+    times, steps = {key: [] for key in pipelines}, {}
     for _ in range(repeats):
         for key, pipeline in pipelines.items():
             runs = [pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens).metrics for page in pages]
             tokens = sum(max(run.num_generated_tokens - 1, 0) for run in runs)
             times[key].append(1000 * sum(run.decode_seconds for run in runs) / max(tokens, 1))
-    return [{"model": model, "format": fmt, "ms per token": statistics.median(values), "min": min(values),
-             "max": max(values)} for (model, fmt), values in times.items()]
+            steps[key] = mean_tokens_per_step([step for run in runs for step in run.steps])
+    return [{"model": model, "format": fmt, "tokens per step": steps[(model, fmt)],
+             "ms per token": statistics.median(values), "min": min(values), "max": max(values)}
+            for (model, fmt), values in times.items()]
 
 
 def compression_report(targets: Mapping[str, Path | str], drafts: Mapping[str, Path | str], pages: Sequence, *,
