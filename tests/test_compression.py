@@ -280,6 +280,7 @@ def test_time_per_token_times_each_target_alone_and_each_draft_with_the_referenc
     assert [(row["model"], row["format"]) for row in rows] == [("target", "fp32"), ("target", "int8"),
                                                                 ("draft", "fp32"), ("draft", "int4")]
     assert all(0 < row["min"] <= row["ms per token"] <= row["max"] for row in rows)
-    assert [row["tokens per step"] == 1.0 for row in rows] == [True, True, False, False]  # the drafts draft
+    assert [row["tokens per step"] for row in rows[:2]] == [1.0, 1.0]  # a target alone emits one token a step
+    assert all(row["tokens per step"] >= 1.0 for row in rows[2:])
     with pytest.raises(ValueError, match="repeats=0"):
         time_per_token(targets, drafts, PAGES[:1], repeats=0)
