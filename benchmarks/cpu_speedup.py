@@ -4,11 +4,11 @@ One run, configurations interleaved (rounds rotate their order, so drift of the 
 with the random real-size pair of `benchmarks.engine_efficiency` (int8 target at f32, the reference
 precision, so every run's tokens must equal the target-only tokens, or the script stops):
 
-1. Draft settings at forced acceptance, upstream's 5.47 tokens per step, K = 15 drafts verified per step:
+1. Draft settings at forced acceptance, upstream's 5.47 tokens per step, 15 drafts verified per step:
    `DRAFT_SETTINGS` (exported weight format x the draft's compile precision; the target's never changes).
 2. The confident prefix: acceptance and confidences replayed from recorded runs of the distilled tiny pair
    (`record_tiny_pair_steps`: per step, how many drafts the target accepted and the draft's confidence at
-   each position), K = 15 (fixed, threshold 0) against thresholds that verify only the confident prefix.
+   each position), 15 drafts per step (fixed, threshold 0) against thresholds that verify only the confident prefix.
    The language-model IR takes any length, so a shorter verification costs less.
 
     python -m benchmarks.cpu_speedup [--contexts 1024 3072] [--thresholds 0 0.3 0.5 0.7 0.9] [--json FILE]

@@ -9,12 +9,12 @@ import pytest
 
 from utils.bench import main
 from utils.engine.verification import StepRecord
-from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, scored_positions,
-                                         tokens_per_step_histogram)
+from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, replay_threshold,
+                                         scored_positions, tokens_per_step_histogram)
 from utils.evaluation.benchmark import BenchConfig, markdown_report, run_benchmark, summarize
 
 PREFILL = StepRecord(drafted=(), emitted=(7,))
-STEPS = [  # four drafting steps of K=3: accepted 0, 3, 1, 2
+STEPS = [  # four drafting steps of 3 drafts: accepted 0, 3, 1, 2
     PREFILL,
     StepRecord(drafted=(1, 2, 3), emitted=(9,), confidences=(0.2, 0.1, 0.1)),
     StepRecord(drafted=(1, 2, 3), emitted=(1, 2, 3, 4), confidences=(0.9, 0.8, 0.7)),
@@ -44,6 +44,14 @@ def test_scored_positions_stop_at_the_first_rejection():
     scores, accepted = scored_positions(STEPS)
     assert scores == [0.2, 0.9, 0.8, 0.7, 0.6, 0.3, 0.7, 0.6, 0.4]
     assert accepted == [False, True, True, True, True, False, True, True, False]
+
+
+def test_a_replayed_threshold_verifies_the_confident_prefix_and_loses_the_accepted_drafts_after_it():
+    replay = replay_threshold(STEPS, 0.65)  # confident prefixes: 0, 3, 0, 1 drafts
+    assert (replay["drafts verified"], replay["drafts verified at threshold"]) == (12, 4)
+    assert (replay["accepted drafts"], replay["accepted drafts at threshold"]) == (6, 4)
+    assert replay["accepted drafts lost"] == 2 and replay["steps"] == 4
+    assert replay_threshold(STEPS, 0.0)["accepted drafts lost"] == 0
 
 
 def test_confidence_auc_and_reliability():
@@ -96,26 +104,32 @@ def results(tiny_ir):
 def test_results_schema_and_invariant(results):
     """The draft at the device's own precision (bf16 here) never changes the f32 target's output."""
     json.dumps(results, allow_nan=False)  # valid JSON: no NaN
-    assert results["schema_version"] == 3 and results["draft_precision"] == "default"
+    assert results["schema_version"] == 4 and results["draft_precision"] == "default"
     assert results["output_mismatches"] == []
     assert results["repeats"] == 2 and results["precision"] == "f32" and results["inference_precision"] == "f32"
     names = [config["name"] for config in results["configurations"]]
-    assert names == ["target only", "draft, Top-K scorer", "draft, dense walk, K=4"]
+    assert names == ["target only", "draft, Top-K scorer", "draft, dense walk, 4 drafts"]
     keys = {"decode_tokens_per_s", "speedup", "mean_tokens_per_step", "tokens_per_step_histogram",
             "conditional_acceptance", "time_breakdown_s", "confidence", "generated_tokens", "pages"}
     for config in results["configurations"]:
         assert keys <= set(config)
         assert config["pages"] == 2  # one median record per page, whatever the repeats
+        assert len(config["speedup_by_repeat"]) == 2 and all(ratio > 0 for ratio in config["speedup_by_repeat"])
     baseline = results["configurations"][0]
     assert baseline["speedup"] == 1.0 and baseline["mean_tokens_per_step"] == 1.0
+    assert baseline["speedup_by_repeat"] == [1.0, 1.0]
     assert results["configurations"][1]["generated_tokens"] == baseline["generated_tokens"]
 
 
 def test_markdown_report_has_the_seed_table_shape(results):
     table = markdown_report(results).splitlines()
-    assert table[0] == "| Draft | Markov head | K | Decode tok/s | Speedup | Tokens per step |"
+    assert table[0] == ("| Draft | Markov head | Drafts per step | Decode tok/s | Speedup | Speedup min to max over "
+                        "repeats | Tokens per step |")
     assert table[2].startswith("| (target alone) |") and "1.00x" in table[2]
     assert "dense walk (top_k=0)" in table[4] and "| 4 |" in table[4]
+    low, high = (min(results["configurations"][2]["speedup_by_repeat"]),
+                 max(results["configurations"][2]["speedup_by_repeat"]))
+    assert f"| {low:.2f}x to {high:.2f}x |" in table[4]
 
 
 def test_command_line_writes_json(tiny_ir, tmp_path, capsys):

@@ -21,7 +21,7 @@ from utils.contract import (DRAFT_MODEL, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_N
                             read_draft_info)
 from utils.engine.device import F32_PROPERTIES
 from utils.engine.draft import DraftModel, MarkovHead
-from utils.evaluation.compression_report import REFERENCE_FORMAT, compression_report
+from utils.evaluation.compression_report import REFERENCE_FORMAT, compression_report, time_per_token
 from utils.evaluation.pages import sample_pages
 from utils.export.__main__ import main as export_cli
 from utils.export.compression import (CompressionConfig, compress_folder, compress_model, compressed_files, head_weight,
@@ -271,3 +271,16 @@ def test_report_measures_sizes_agreement_and_tokens_per_step(compressed):
     assert set(report.tokens_per_step) == set(drafts) and all(v >= 1 for v in report.tokens_per_step.values())
     with pytest.raises(ValueError, match=REFERENCE_FORMAT):
         compression_report({"int8": targets["int8"]}, drafts, PAGES[:1])
+
+
+def test_time_per_token_times_each_target_alone_and_each_draft_with_the_reference(compressed):
+    targets = {fmt: compressed[("target", fmt)] for fmt in ("fp32", "int8")}
+    drafts = {fmt: compressed[("draft", fmt)] for fmt in ("fp32", "int4")}
+    rows = time_per_token(targets, drafts, PAGES[:1], max_new_tokens=8, repeats=2)
+    assert [(row["model"], row["format"]) for row in rows] == [("target", "fp32"), ("target", "int8"),
+                                                                ("draft", "fp32"), ("draft", "int4")]
+    assert all(0 < row["min"] <= row["ms per token"] <= row["max"] for row in rows)
+    assert [row["tokens per step"] for row in rows[:2]] == [1.0, 1.0]  # a target alone emits one token a step
+    assert all(row["tokens per step"] >= 1.0 for row in rows[2:])
+    with pytest.raises(ValueError, match="repeats=0"):
+        time_per_token(targets, drafts, PAGES[:1], repeats=0)

@@ -16,7 +16,7 @@ import pytest
 
 from utils.checkpoint.config import DSparkConfig
 from utils.contract import (HIDDEN_STATES_RT_INFO_KEY, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_NAME, NUM_LOGITS,
-                            LanguageModelConfig)
+                            LanguageModelConfig, present_key, rollback_delta, rollback_key, rollback_log_decay)
 from utils.engine.device import F32_PROPERTIES
 from utils.engine.language_model import LanguageModelSession, rebuild_recurrent_state
 from utils.export.language_model import export_language_model
@@ -156,6 +156,27 @@ def test_verify_then_accept_continues_like_transformers(session, target, verify_
     assert _max_diff(next_logits, expected) <= TOLERANCE
     if accepted < len(verify_case["block"]):  # the check can fail: keeping the whole block gives other logits
         assert _max_diff(verify_case["unrolled_logits"], expected) > 100 * TOLERANCE
+
+
+def test_the_cut_and_the_rollback_redone_from_the_verified_outputs_give_the_accepted_state(session, verify_case):
+    """What notebook 05 does by hand: keep the first n K/V rows, rebuild the recurrent state, compare."""
+    linear, full = session.linear_attention_layers[0], next(
+        layer for layer in range(len(session.config.layer_types)) if layer not in session.linear_attention_layers)
+    for accepted in (3, 9):
+        session.reset()
+        session.prefill(verify_case["prompt"])
+        keys_before, state_before = session.key_cache(full), session.recurrent_state(linear)
+        session.verify(verify_case["block"])
+        block_keys = session.verified_output(present_key(full))
+        terms = [session.verified_output(name(linear)) for name in (rollback_key, rollback_delta, rollback_log_decay)]
+        session.accept(accepted)
+        assert np.array_equal(session.key_cache(full), np.concatenate([keys_before, block_keys[:, :accepted]], 1))
+        assert _max_diff(session.recurrent_state(linear), rebuild_recurrent_state(state_before, *terms, accepted)) <= 1e-5
+        assert _max_diff(state_before, session.recurrent_state(linear)) > 1e-3  # the check can fail
+    with pytest.raises(ValueError, match="verify"):
+        session.verified_output(present_key(full))
+    with pytest.raises(ValueError, match="no full attention"):
+        session.key_cache(linear)
 
 
 def test_rebuild_recurrent_state_matches_the_recurrence_step_by_step():

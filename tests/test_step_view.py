@@ -1,16 +1,16 @@
-"""The per-step view: which drafts were accepted, rejected or never verified, and the bonus token."""
+"""The per-step view: which drafts were accepted, rejected or discarded after a rejection, and the bonus token."""
 
 from __future__ import annotations
 
 from utils.engine.verification import StepRecord
-from utils.notebook.step_view import side_by_side_html, step_views, steps_html
+from utils.notebook.step_view import reading_html, side_by_side_html, step_views, steps_html
 
 
 def _text(tokens):
     return "".join(chr(ord("a") + token) for token in tokens)
 
 
-def test_each_draft_is_accepted_first_rejected_or_not_verified_and_the_bonus_follows():
+def test_each_draft_is_accepted_first_rejected_or_discarded_and_the_bonus_follows():
     steps = [
         StepRecord(drafted=(), emitted=(0,)),  # prefill: the first token, nothing drafted
         StepRecord(drafted=(1, 2, 3, 4), emitted=(1, 2, 7), confidences=(0.9, 0.8, 0.4, 0.3)),
@@ -19,11 +19,11 @@ def test_each_draft_is_accepted_first_rejected_or_not_verified_and_the_bonus_fol
     ]
     views = step_views(steps, _text)
     assert views[0].drafts == () and views[0].bonus.text == "a"
-    assert [t.status for t in views[1].drafts] == ["accepted", "accepted", "rejected", "not verified"]
+    assert [t.status for t in views[1].drafts] == ["accepted", "accepted", "rejected", "discarded"]
     assert views[1].bonus.text == "h" and views[1].accepted == 2
     assert [t.confidence for t in views[1].drafts] == [0.9, 0.8, 0.4, 0.3]
     assert [t.status for t in views[2].drafts] == ["accepted", "accepted"] and views[2].bonus.text == "i"
-    assert [t.status for t in views[3].drafts] == ["accepted", "not verified", "not verified"]
+    assert [t.status for t in views[3].drafts] == ["accepted", "discarded", "discarded"]
     assert views[3].bonus is None
     # every emitted token is shown once: the accepted drafts, then the bonus
     assert [view.accepted + (view.bonus is not None) for view in views] == [len(step.emitted) for step in steps]
@@ -40,3 +40,10 @@ def test_side_by_side_marks_identical_and_where_texts_differ():
     assert "identical" in side_by_side_html("same", "same")
     different = side_by_side_html("abcX", "abcY")
     assert "different from character 3" in different and "identical" not in different
+
+
+def test_the_reading_sits_beside_the_page_text_with_its_character_error_rate():
+    page = reading_html("Tota1 <3", "Total <3")  # one substitution in 8 characters
+    assert "12.5%" in page and "&lt;3" in page and "<3" not in page
+    assert page.index("page text") < page.index("read") and "dspark-cer" in page
+    assert "0.0%" in reading_html("same", "same")

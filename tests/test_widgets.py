@@ -6,6 +6,7 @@ import datetime
 
 import pytest
 
+from utils.evaluation.character_error_rate import character_error_rate
 from utils.evaluation.pages import sample_pages
 from utils.notebook.widgets import ocr_app, precision_widget
 
@@ -54,6 +55,8 @@ def test_panel_previews_the_page_reads_it_and_is_usable_again(app, tiny_ir):
         sample_pages()[1].image, max_new_tokens=8)
     assert _printed(controls["text"]) == expected.texts[0]  # streamed piece by piece
     assert "identical" in _shown(controls["result"]) and "dspark-steps" in _shown(controls["result"])
+    cer = character_error_rate([(expected.texts[0], sample_pages()[1].text)])
+    assert f"dspark-cer'>{cer:.1%}<" in _shown(controls["result"])  # the page's own text beside the reading
     assert "error" not in _printed(controls["result"])
     assert controls["run"].description == "Read the page" and not controls["run"].disabled
 

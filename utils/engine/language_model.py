@@ -147,6 +147,27 @@ class LanguageModelSession:
             raise ValueError(f"layer {layer} has no linear attention; linear layers: {self._linear_layers}")
         return self._linear_state[name].copy()
 
+    def key_cache(self, layer: int) -> np.ndarray:
+        """A copy of the committed keys [1, past_length, heads, head_dim] of full-attention layer `layer`."""
+        name = past_key(layer)
+        if name not in self._kv_buffers:
+            raise ValueError(f"layer {layer} has no full attention; linear layers: {self._linear_layers}")
+        return self._kv_buffers[name][:, :self._past_length].copy()
+
+    def verified_output(self, name: str) -> np.ndarray:
+        """A copy of output `name` (a `utils.contract` port name) of the verified block not yet accepted.
+
+        These are what `accept` keeps a prefix of: the block's K/V (`present_key(i)`) and the rollback terms of
+        each linear-attention layer (`rollback_key(i)`, `rollback_delta(i)`, `rollback_log_decay(i)`), so a
+        reader can redo the cut and the rollback by hand (notebook 05).
+        """
+        if self._pending is None:
+            raise ValueError("verified_output() needs a verify() call not yet accepted")
+        outputs, _ = self._pending
+        if name not in outputs:
+            raise ValueError(f"the language model has no output {name!r}")
+        return np.array(outputs[name], copy=True)
+
     def reset(self) -> None:
         """Forgets the text: past length 0, zero linear-attention states, nothing pending."""
         self._past_length = 0

@@ -1,6 +1,6 @@
 """Greedy verification of a draft block, shared by the PyTorch oracle loop and the decoding engine.
 
-The target runs on `[anchor, c_1 .. c_K]` and gives its argmax `t_0 .. t_K`. The accepted prefix is the
+The target runs on `[anchor, c_1 .. c_d]` (d drafts) and gives its argmax `t_0 .. t_d`. The accepted prefix is the
 longest with `c_i == t_{i-1}`; the step emits `c_1 .. c_a` and the bonus `t_a`, which is `t_0 .. t_a`. The
 emitted tokens stop after the first EOS and at the token budget. Since every emitted token is the target's
 own argmax, the output equals target-only greedy decoding, token for token.

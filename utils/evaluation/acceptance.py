@@ -16,7 +16,7 @@ import numpy as np
 from utils.engine.verification import StepRecord
 
 __all__ = ["confidence_auc", "scored_positions", "tokens_per_step_histogram", "conditional_acceptance",
-           "reliability_bins"]
+           "reliability_bins", "replay_threshold"]
 
 
 def confidence_auc(scores: Sequence[float], accepted: Sequence[bool]) -> float:
@@ -77,7 +77,8 @@ def _accepted_and_observed(step: StepRecord) -> tuple[int, int]:
 
 
 def conditional_acceptance(steps: Sequence[StepRecord]) -> list[dict]:
-    """Per draft position k = 1..K: how often it was reached (and checked), accepted, and P(accepted | reached)."""
+    """Per draft position k = 1, 2, ... (up to the drafts per step): how often it was reached (and checked),
+    accepted, and P(accepted | reached)."""
     counts = [_accepted_and_observed(step) for step in _drafting_steps(steps)]
     longest = max((observed for _, observed in counts), default=0)
     rows = []
@@ -101,3 +102,27 @@ def reliability_bins(scores: Sequence[float], accepted: Sequence[bool], *, bins:
                      "predicted": float(scores[chosen].mean()) if chosen.any() else float("nan"),
                      "observed": float(accepted[chosen].mean()) if chosen.any() else float("nan")})
     return rows
+
+
+def replay_threshold(steps: Sequence[StepRecord], threshold: float) -> dict:
+    """What a confidence threshold would have done to steps run with every draft verified (threshold 0).
+
+    The walk does not depend on the threshold, so each step would have verified the leading drafts whose
+    confidence reaches it (the confident prefix) and accepted min(accepted, prefix) of them; steps without
+    confidences are kept whole.
+
+    Returns:
+        {"threshold", "steps", "drafts verified" and "accepted drafts" at threshold 0 and at `threshold`
+        ("... at threshold"), "accepted drafts lost"}.
+    """
+    drafting = _drafting_steps(steps)
+    verified = kept = accepted = accepted_kept = 0
+    for step in drafting:
+        prefix = len(step.drafted)
+        if step.confidences is not None:
+            prefix = next((index for index, score in enumerate(step.confidences) if score < threshold), prefix)
+        verified, kept = verified + len(step.drafted), kept + prefix
+        accepted, accepted_kept = accepted + step.matched_drafts, accepted_kept + min(step.matched_drafts, prefix)
+    return {"threshold": threshold, "steps": len(drafting), "drafts verified": verified,
+            "drafts verified at threshold": kept, "accepted drafts": accepted,
+            "accepted drafts at threshold": accepted_kept, "accepted drafts lost": accepted - accepted_kept}

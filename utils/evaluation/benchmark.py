@@ -4,8 +4,10 @@ Every configuration (target only; each draft x Markov computation x num_assistan
 page untimed (warm-up: the first inferences of a compiled model pay one-off costs), then every page,
 `repeats` times. The configurations take turns page by page, so the machine's drift hits all of them alike;
 each page's time is the median of its repeats, and speedups are ratios measured in the same run: decode
-tokens/s of a configuration over that of the target alone, as in notebook 05. `markdown_report` prints a
-table of the shape of the seed PR's validation table. The command line is `python -m utils.bench`.
+tokens/s of a configuration over that of the target alone, as in notebook 05. Each configuration also keeps
+the speedup of every repeat (all pages pooled, against the target alone in the same repeat), whose min and max
+show the spread. `markdown_report` prints a table of the shape of the seed PR's validation table. The command
+line is `python -m utils.bench`.
 """
 
 from __future__ import annotations
@@ -18,18 +20,18 @@ from pathlib import Path
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.timing import STAGES
 from utils.engine.verification import mean_tokens_per_step
-from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, scored_positions,
-                                         tokens_per_step_histogram)
+from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, replay_threshold,
+                                         scored_positions, tokens_per_step_histogram)
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
 __all__ = ["SCHEMA_VERSION", "BenchConfig", "summarize", "run_benchmark", "markdown_report", "configurations"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4  # 4: configuration names say "N drafts"; speedup_by_repeat; confidence.default_threshold
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """One configuration: a draft folder (None = target only), the Markov computation and the block length."""
+    """One configuration: a draft folder (None = target only), the Markov computation and the drafts per step."""
 
     draft: Path | None
     markov_head_top_k: int | None = None  # None: the draft's Top-K scorer; 0: dense walk
@@ -40,7 +42,7 @@ class BenchConfig:
         if self.draft is None:
             return "target only"
         walk = "dense walk" if self.markov_head_top_k == 0 else "Top-K scorer"
-        tokens = "" if self.num_assistant_tokens is None else f", K={self.num_assistant_tokens}"
+        tokens = "" if self.num_assistant_tokens is None else f", {self.num_assistant_tokens} drafts"
         return f"{self.draft.name}, {walk}{tokens}"
 
 
@@ -63,7 +65,8 @@ def summarize(runs: list[dict]) -> dict:
         "conditional_acceptance": conditional_acceptance(steps),
         "time_breakdown_s": stages,
         "confidence": {"auc": confidence_auc(scores, accepted), "reliability": reliability_bins(scores, accepted),
-                       "scores": scores, "accepted": accepted},
+                       "scores": scores, "accepted": accepted,
+                       "default_threshold": replay_threshold(steps, DEFAULT_CONFIDENCE_THRESHOLD)},
     }
 
 
@@ -130,8 +133,11 @@ def run_benchmark(target: Path, configs: list[BenchConfig], pages, *, prompt: st
     summaries = {name: summarize([_median_run(page_runs) for page_runs in per_page])
                  for name, per_page in records.items()}
     baseline = summaries[configs[0].name]["decode_tokens_per_s"]
-    for summary in summaries.values():
+    for name, summary in summaries.items():
         summary["speedup"] = summary["decode_tokens_per_s"] / baseline if baseline else float("nan")
+        summary["speedup_by_repeat"] = [_pooled_rate(records[name], repeat) / _pooled_rate(records[configs[0].name],
+                                                                                          repeat)
+                                        for repeat in range(repeats)]
     inference = next(iter(pipelines.values())).inference_precision
     settings = {"schema_version": SCHEMA_VERSION, "target": str(target), "device": device, "precision": precision,
                 "inference_precision": inference, "draft_precision": draft_precision,
@@ -144,17 +150,28 @@ def run_benchmark(target: Path, configs: list[BenchConfig], pages, *, prompt: st
     return _without_nan(settings | {"configurations": configurations})
 
 
+def _pooled_rate(per_page: list[list[dict]], repeat: int) -> float:
+    """Decode tokens/s of one repeat, all pages pooled."""
+    runs = [page_runs[repeat] for page_runs in per_page]
+    seconds = sum(run["decode_seconds"] for run in runs)
+    return sum(run["tokens"] - 1 for run in runs) / seconds if seconds else float("nan")
+
+
 def markdown_report(results: dict) -> str:
-    """The seed PR's table: draft weights, Markov head, decode tok/s, speedup, tokens per step."""
-    lines = ["| Draft | Markov head | K | Decode tok/s | Speedup | Tokens per step |", "|---|---|---|---|---|---|"]
+    """The seed PR's table: draft weights, Markov head, drafts per step, decode tok/s, speedup (with its spread
+    over the repeats), tokens per step."""
+    lines = ["| Draft | Markov head | Drafts per step | Decode tok/s | Speedup | Speedup min to max over repeats | "
+             "Tokens per step |", "|---|---|---|---|---|---|---|"]
     for config in results["configurations"]:
         if config["draft"] is None:
-            lines.append(f"| (target alone) | | | {config['decode_tokens_per_s']:.1f} | 1.00x | |")
+            lines.append(f"| (target alone) | | | {config['decode_tokens_per_s']:.1f} | 1.00x | | |")
             continue
         walk = "dense walk (top_k=0)" if config["markov_head_top_k"] == 0 else "Top-K scorer"
-        k = config["num_assistant_tokens"] or "block"
-        lines.append(f"| {Path(config['draft']).name} | {walk} | {k} | {config['decode_tokens_per_s']:.1f} | "
-                     f"{config['speedup']:.2f}x | {config['mean_tokens_per_step']:.2f} |")
+        drafts = config["num_assistant_tokens"] or "block"
+        spread = config.get("speedup_by_repeat") or [config["speedup"]]
+        lines.append(f"| {Path(config['draft']).name} | {walk} | {drafts} | {config['decode_tokens_per_s']:.1f} | "
+                     f"{config['speedup']:.2f}x | {min(spread):.2f}x to {max(spread):.2f}x | "
+                     f"{config['mean_tokens_per_step']:.2f} |")
     return "\n".join(lines)
 
 

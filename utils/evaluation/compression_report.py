@@ -11,6 +11,9 @@ compressed weights are decompressed to f32 and any difference comes from the wei
 - Target text: target-only greedy decoding of each format against the reference, page by page.
 - Tokens per step: speculative decoding with the reference target and each draft, pooled over the pages
   (the output is the target's own either way; only the acceptance changes).
+- Time per token (`time_per_token`, not part of the report: it is this machine's clock): ms per generated
+  token of each target format alone and of speculative decoding with each draft format, median and range over
+  repeats, at the precision asked for (the device's own by default, what users run).
 
 Run options shared by the measurements: `pages` (`utils.evaluation.pages.SamplePage`s, or anything with `.image`),
 `prompt` (the instruction after each page), `max_new_tokens` (token budget per page), `device` (OpenVINO).
@@ -32,6 +35,7 @@ from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
 __all__ = ["REFERENCE_FORMAT", "DraftAgreement", "TargetAgreement", "CompressionReport", "ir_sizes",
+           "time_per_token",
            "draft_agreement", "target_agreement", "tokens_per_step", "compression_report"]
 
 REFERENCE_FORMAT = "fp32"
@@ -212,6 +216,41 @@ def tokens_per_step(target: Path | str, drafts: Mapping[str, Path | str], pages:
                  for step in pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens).metrics.steps]
         result[fmt] = mean_tokens_per_step(steps)
     return result
+
+
+def time_per_token(targets: Mapping[str, Path | str], drafts: Mapping[str, Path | str], pages: Sequence, *,
+                   prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 64, device: str = "CPU",
+                   precision: str = "default", repeats: int = 3) -> list[dict]:
+    """Milliseconds per generated token (decode phase, pages pooled) of each target format alone and of the
+    reference target with each draft format; every pipeline reads one page untimed first, then the formats take
+    turns, `repeats` times.
+
+    Returns:
+        One row per format: {"model", "format", "tokens per step" (of the last repeat: the device's precision may
+        change it), "ms per token" (median), "min", "max"}.
+    """
+    import statistics
+
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats} must be >= 1")
+    reference = _require_reference(targets, "targets")
+    pipelines = {("target", fmt): SpeculativeOcrPipeline(folder, device=device, precision=precision)
+                 for fmt, folder in targets.items()}
+    pipelines |= {("draft", fmt): SpeculativeOcrPipeline(reference, folder, device=device, precision=precision,
+                                                         draft_precision=precision)
+                  for fmt, folder in drafts.items()}
+    for pipeline in pipelines.values():
+        pipeline.generate(pages[0].image, prompt, max_new_tokens=max_new_tokens)
+    times, steps = {key: [] for key in pipelines}, {}
+    for _ in range(repeats):
+        for key, pipeline in pipelines.items():
+            runs = [pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens).metrics for page in pages]
+            tokens = sum(max(run.num_generated_tokens - 1, 0) for run in runs)
+            times[key].append(1000 * sum(run.decode_seconds for run in runs) / max(tokens, 1))
+            steps[key] = mean_tokens_per_step([step for run in runs for step in run.steps])
+    return [{"model": model, "format": fmt, "tokens per step": steps[(model, fmt)],
+             "ms per token": statistics.median(values), "min": min(values), "max": max(values)}
+            for (model, fmt), values in times.items()]
 
 
 def compression_report(targets: Mapping[str, Path | str], drafts: Mapping[str, Path | str], pages: Sequence, *,

@@ -166,7 +166,11 @@ def ir_weight_format(file_name: str, weight_format: str) -> str:
 
 @contextlib.contextmanager
 def _quiet_nncf():
-    """Hides NNCF's per-call bit-width tables (a folder takes several calls); warnings still show."""
+    """Hides NNCF's per-call bit-width tables (a folder takes several calls); warnings still show.
+
+    Also torch's note, at NNCF's first import, that it found no CUDA runtime: compression runs on the CPU.
+    """
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     import nncf
 
     logger = logging.getLogger("nncf")

@@ -20,6 +20,7 @@ The language model outputs the hidden states of the layers a draft reads, so the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -35,6 +36,23 @@ __all__ = ["export_target"]
 # Copied from the source when present; the chat template files too, since a template that lives only there
 # (not in tokenizer_config.json) would otherwise be lost, and with it the non-thinking switch.
 _COPIED = ("config.json", "generation_config.json", "chat_template.jinja", "chat_template.json")
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Hides transformers' loading bar and its notes about the config's training fields (loss type): the export
+    shows its own progress, and what it checks fails loudly."""
+    from transformers.utils import logging
+
+    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
 
 
 def _check_source(source: Path) -> dict:
@@ -106,7 +124,8 @@ def export_target(source: Path | str, out: Path | str, *, draft: Path | str | No
                                                            verify_length)
     settings = choose_processor_settings(source, downsample_mode=downsample_mode, max_slice_nums=max_slice_nums)
     start = time.perf_counter()
-    model = AutoModelForImageTextToText.from_pretrained(source, dtype="float32").eval()
+    with _quiet_transformers():
+        model = AutoModelForImageTextToText.from_pretrained(source, dtype="float32").eval()
     steps = [
         ("language model", lambda folder: export_language_model(
             model, folder, hidden_layer_ids=layer_ids, verify_length=verify_length, prefill_chunk=prefill_chunk,
@@ -120,7 +139,8 @@ def export_target(source: Path | str, out: Path | str, *, draft: Path | str | No
     ]
     with atomic_directory(out, overwrite=overwrite) as staging:
         for name, step in tqdm(steps, desc="export target", unit="part"):
-            step(staging)
+            with _quiet_transformers():
+                step(staging)
         for name in _COPIED:
             if (source / name).is_file():
                 shutil.copy2(source / name, staging / name)

@@ -25,6 +25,8 @@ Text IR `TEXT_EMBEDDINGS_NAME`:
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from utils.contract import (DOWNSAMPLE_MODE_RT_INFO_KEY, IMAGE_FEATURES, INPUT_IDS, INPUTS_EMBEDS, PIXEL_VALUES,
@@ -136,7 +138,8 @@ def _convert(module: torch.nn.Module, *, example: dict[str, torch.Tensor], shape
              output_name: str, rt_info: dict[str, str] | None = None):
     import openvino as ov
 
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit.trace is what ov.convert_model uses
         ov_model = ov.convert_model(module, example_input=example, input=shapes)
     for port, name in zip(ov_model.inputs, names):
         port.get_tensor().set_names({name})

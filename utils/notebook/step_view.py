@@ -1,8 +1,9 @@
 """What each speculative step did, as HTML for the notebooks and the OCR panel (no torch, no widgets).
 
-Per verification step: the drafted tokens as text, coloured accepted / first rejected / not verified, the
+Per verification step: the drafted tokens as text, coloured accepted / first rejected / discarded, the
 target's bonus token (its own next token, emitted in every step), and each draft's confidence. And the
-speculative text beside the target-only text, with a mark saying whether they are identical.
+speculative text beside the target-only text, with a mark saying whether they are identical; and what was read
+beside the page's own text, with its character error rate.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from utils.engine.verification import StepRecord
+from utils.evaluation.character_error_rate import character_error_rate
 from utils.evaluation.compare import first_difference
 
-__all__ = ["DraftToken", "StepView", "step_views", "steps_html", "side_by_side_html"]
+__all__ = ["DraftToken", "StepView", "step_views", "steps_html", "side_by_side_html", "reading_html"]
 
-_COLOURS = {"accepted": "#c8e6c9", "rejected": "#ffcdd2", "not verified": "#eeeeee", "bonus": "#bbdefb"}
+_COLOURS = {"accepted": "#c8e6c9", "rejected": "#ffcdd2", "discarded": "#eeeeee", "bonus": "#bbdefb"}
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class DraftToken:
     """One token of a step as the view shows it."""
 
     text: str
-    status: str  # "accepted", "rejected" (the first mismatch), "not verified" or "bonus"
+    status: str  # "accepted", "rejected" (the first mismatch), "discarded" (after it) or "bonus"
     confidence: float | None = None
 
 
@@ -61,7 +63,7 @@ def step_views(steps: Sequence[StepRecord], detokenize: Callable[[list[int]], st
             elif position == accepted and accepted < len(step.emitted):
                 status = "rejected"
             else:
-                status = "not verified"
+                status = "discarded"
             drafts.append(DraftToken(detokenize([token]), status, confidence))
         bonus = None if accepted >= len(step.emitted) else DraftToken(detokenize([step.emitted[accepted]]), "bonus")
         views.append(StepView(index, tuple(drafts), bonus))
@@ -101,7 +103,21 @@ def side_by_side_html(speculative: str, target_only: str) -> str:
     else:
         verdict = (f"<b style='color:#c62828'>different from character {first_difference(speculative, target_only)} "
                    f"on &#10007;</b>")
+    return _two_columns(f"Speculative vs target only: {verdict}", ("speculative", speculative, "dspark-speculative"),
+                        ("target only", target_only, "dspark-target-only"))
+
+
+def reading_html(read: str, truth: str) -> str:
+    """What was read beside the page's own text, headed by the character error rate (edits per character of
+    the page's text, `utils.evaluation.character_error_rate`)."""
+    cer = character_error_rate([(read, truth)])
+    return _two_columns(f"Character error rate: <b class='dspark-cer'>{cer:.1%}</b>",
+                        ("page text", truth, "dspark-page-text"), ("read", read, "dspark-read"))
+
+
+def _two_columns(heading: str, *columns: tuple[str, str, str]) -> str:
+    """A heading over a table of (title, text, CSS class) columns, the texts escaped and kept as written."""
     cell = "<td style='vertical-align:top;text-align:left'><pre class='{}' style='white-space:pre-wrap'>{}</pre></td>"
-    return (f"<div class='dspark-verdict'>Speculative vs target only: {verdict}</div><table><tr><th>speculative</th>"
-            f"<th>target only</th></tr><tr>{cell.format('dspark-speculative', html.escape(speculative))}"
-            f"{cell.format('dspark-target-only', html.escape(target_only))}</tr></table>")
+    titles = "".join(f"<th>{title}</th>" for title, _, _ in columns)
+    texts = "".join(cell.format(css, html.escape(text)) for _, text, css in columns)
+    return f"<div class='dspark-verdict'>{heading}</div><table><tr>{titles}</tr><tr>{texts}</tr></table>"

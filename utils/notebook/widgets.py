@@ -62,7 +62,8 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
     Pick a sample page or upload an image or a PDF (previewed; a button clears it), set the prompt, precision,
     draft tokens per step, Markov computation, confidence threshold and token budget, and press the button:
     each page is read with the target alone and with the draft, and the panel shows the streamed text, both
-    texts side by side with an "identical" mark, the per-step view and the metrics. The models compile on the
+    texts side by side with an "identical" mark, a sample page's own text beside the reading with its character
+    error rate, the per-step view and the metrics. The models compile on the
     first read. Every control is disabled while a read runs; any error becomes one line in the panel (the
     traceback goes to the server's log), and the panel stays usable. Every control carries a `dspark-*` CSS
     class, so a browser test can find it.
@@ -81,7 +82,7 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
     from utils.checkpoint.config import DSparkConfig
     from utils.evaluation.compare import compare_runs, metrics_rows
     from utils.notebook.display import markdown_table
-    from utils.notebook.step_view import side_by_side_html, step_views, steps_html
+    from utils.notebook.step_view import reading_html, side_by_side_html, step_views, steps_html
     from utils.pipeline.preprocessing.image_io import load_rgb_image
     from utils.pipeline.preprocessing.pdf import PdfPages, is_pdf
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
@@ -164,6 +165,8 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
                                 confidence_threshold=threshold.value, streamer=text.append_stdout)
             drafted, alone = runs["speculative"], runs["target only"]
             result.append_display_data(HTML(side_by_side_html(drafted.texts[0], alone.texts[0])))
+            if not upload.value:  # a sample page knows its own text: show the reading beside it, with its CER
+                result.append_display_data(HTML(reading_html(drafted.texts[0], pages[page.value].text)))
             result.append_display_data(HTML(steps_html(step_views(drafted.metrics.steps, speculative.token_text))))
             result.append_display_data(Markdown(markdown_table(metrics_rows(runs))))
             if count > 1:

@@ -1,0 +1,62 @@
+"""No stale prose: every measured figure a notebook's markdown, the README or docs/usage.md states is printed by
+a stored output (or asserted right after), so a new model or IR cannot leave a sentence behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from utils.notebook.prose_figures import carried_text, stated_figures, unsupported_figures, unsupported_in_text
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + [ROOT / "app" / "speculative-ocr.ipynb"]
+DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "usage.md"]
+
+
+def _notebook(markdown: str, *, printed: str = "", code: str = "print(n)") -> dict:
+    """A synthetic notebook: one markdown cell, then one code cell with one stored stream output."""
+    return {"cells": [{"cell_type": "markdown", "source": [markdown]},
+                      {"cell_type": "code", "source": [code],
+                       "outputs": [{"output_type": "stream", "name": "stdout", "text": [printed]}]}]}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name)
+def test_every_figure_in_a_notebooks_prose_is_printed_or_asserted(path):
+    assert unsupported_figures(json.loads(path.read_text(encoding="utf-8"))) == []
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda path: path.name)
+def test_every_figure_in_the_readme_and_usage_is_printed_by_a_notebook(path):
+    carried = "\n".join(carried_text(json.loads(notebook.read_text(encoding="utf-8"))) for notebook in NOTEBOOKS)
+    assert unsupported_in_text(path.read_text(encoding="utf-8"), carried) == []
+
+
+def test_a_planted_stale_sentence_fails():
+    stale = _notebook("The texts differ on 3 of 20 cases.", printed="speculative != target only on 0 of 20 cases")
+    assert unsupported_figures(stale) == [(0, "3 of 20")]
+    fresh = _notebook("The texts differ on 0 of 20 cases.", printed="speculative != target only on 0 of 20 cases")
+    assert unsupported_figures(fresh) == []
+
+
+def test_a_figure_asserted_in_the_next_cell_is_carried():
+    asserted = _notebook("It reaches 4.18 tokens per step.", code="assert round(rate, 2) == 4.18")
+    assert unsupported_figures(asserted) == []
+    assert unsupported_figures(_notebook("It reaches 4.18 tokens per step.", code="assert rate > 4")) == [
+        (0, "4.18 tokens per step")]
+
+
+@pytest.mark.parametrize("text, figures", [
+    ("on 1,024 of 2,048 tokens", ["1,024 of 2,048"]),
+    ("a 2.9x speedup at 13% of the cost, 3.5 tokens per step", ["2.9x", "13%", "3.5 tokens per step"]),
+    ("upstream: 5.47 tokens per step and 2.23x", []),  # quoted from the seed PR
+    ("notebook 05, 16x16 pixels, utils/tiny, one of the pages", []),  # no measured figure
+])
+def test_stated_figures_are_the_counts_rates_ratios_and_shares(text, figures):
+    assert stated_figures(text) == figures
+
+
+def test_numbers_apart_in_an_output_do_not_carry_a_figure():
+    assert unsupported_in_text("3 of 20 cases", "3 pages; then 20 more lines of other text 0 of 20") == ["3 of 20"]
+    assert unsupported_in_text("3 of 20 cases", "3 / 20") == []
