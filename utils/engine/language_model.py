@@ -125,6 +125,12 @@ class LanguageModelSession:
         """Seconds of the public calls spent outside OpenVINO: input preparation, state slicing, rollback in numpy."""
         return self.call_clock.seconds - self.clock.seconds
 
+    def state_bytes(self, past_length: int) -> dict[str, int]:
+        """Bytes of state a call reads after `past_length` committed tokens (for a roofline): {"kv_cache": the full
+        attention layers' K/V, "linear_state": the linear attention layers' conv and recurrent states}."""
+        return {"kv_cache": sum(buffer[:, :past_length].nbytes for buffer in self._kv_buffers.values()),
+                "linear_state": sum(state.nbytes for state in self._linear_state.values())}
+
     @property
     def past_length(self) -> int:
         """Tokens committed to the state."""
