@@ -145,3 +145,29 @@ def test_report_rows_give_speedups_per_precision_and_the_agreement_before_the_fi
                           bandwidth=2e4)
     assert [(line["precision"], line["total_bytes"]) for line in lines] == [("f32", 2000), ("default", 2000)]
     assert lines[0]["decode_ms"] == pytest.approx(100.0) and lines[0]["over_bound"] == pytest.approx(1.0)
+
+
+def test_a_session_restored_from_a_snapshot_continues_as_it_did(tiny_ir):
+    session = LanguageModelSession(tiny_ir[0], max_length=64)
+    embeds = np.random.default_rng(0).normal(size=(12, session.config.hidden_size)).astype(np.float32)
+    session.prefill(embeds[:8])
+    snapshot = session.snapshot()
+    first = [session.decode_one(row)[0] for row in embeds[8:]]
+    session.restore(snapshot)
+    assert session.past_length == 8
+    np.testing.assert_array_equal([session.decode_one(row)[0] for row in embeds[8:]], first)
+
+
+def test_prefill_once_computes_a_context_once_and_restores_it_after(tiny_ir):
+    from benchmarks.cpu_speedup import PrefillOnce
+
+    session = PrefillOnce(LanguageModelSession(tiny_ir[0], max_length=64))
+    embeds = np.random.default_rng(0).normal(size=(9, session.config.hidden_size)).astype(np.float32)
+    logits, _ = session.prefill(embeds[:8])
+    after = session.decode_one(embeds[8])[0]
+    session.reset()
+    inference_seconds = session.clock.seconds
+    again, _ = session.prefill(embeds[:8].copy())
+    assert session.clock.seconds == inference_seconds  # restored, not run
+    np.testing.assert_array_equal(again, logits)
+    np.testing.assert_array_equal(session.decode_one(embeds[8])[0], after)

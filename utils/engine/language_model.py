@@ -160,6 +160,22 @@ class LanguageModelSession:
             state.fill(0.0)
         self._pending = None
 
+    def snapshot(self) -> dict:
+        """A copy of the committed text's state; `restore` returns to it (a benchmark prefills a context once)."""
+        length = self._past_length
+        return {"past_length": length,
+                "kv": {name: buffer[:, :length].copy() for name, buffer in self._kv_buffers.items()},
+                "linear": {name: state.copy() for name, state in self._linear_state.items()}}
+
+    def restore(self, snapshot: dict) -> None:
+        """Returns to a `snapshot` of this session; a verified block not yet accepted is dropped."""
+        length = snapshot["past_length"]
+        for name, buffer in self._kv_buffers.items():
+            buffer[:, :length] = snapshot["kv"][name]
+        for name, state in self._linear_state.items():
+            state[...] = snapshot["linear"][name]
+        self._past_length, self._pending = length, None
+
     @_timed_call
     def prefill(self, inputs_embeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Appends a prompt of any length, in calls of up to `prefill_chunk` tokens, and commits it.
