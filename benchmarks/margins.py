@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"measured {name}", flush=True)
     print_table(rows)
     if args.json:
-        write_json(args.json, {"settings": vars(args), "percentiles": list(PERCENTILES), "rows": rows})
+        settings = {key: str(value) if key == "json" else value for key, value in vars(args).items()}
+        write_json(args.json, {"settings": settings, "percentiles": list(PERCENTILES), "rows": rows})
 
 
 if __name__ == "__main__":
