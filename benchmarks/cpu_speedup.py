@@ -49,7 +49,7 @@ from utils.engine.draft import DSparkProposer
 from utils.engine.language_model import LanguageModelSession
 from utils.evaluation.compare import first_difference
 
-__all__ = ["DRAFT_SETTINGS", "INPUT_SCALE", "RecordedStep", "record_tiny_pair_steps", "replay_schedule",
+__all__ = ["DRAFT_SETTINGS", "INPUT_SCALE", "RecordedStep", "PrefillOnce", "record_tiny_pair_steps", "replay_schedule",
            "report_rows", "roofline_rows", "main"]
 
 # name -> (the draft IR's weight format, the draft's compile precision): "default" is the device's own (bf16 on
