@@ -151,6 +151,7 @@ def measure(language_models: dict, embed, drafts: dict, recorded: list[RecordedS
             for counters, threshold in configs.values():  # warm-up: every call length once, on a short context
                 counters.run(context_embeds[:WARM_UP_CONTEXT], 2 * VERIFY_LENGTH, confidence_threshold=threshold)
             setups[(context, precision)] = (context_embeds, reference, margins, configs)
+            print(f"  context {context}, target at {precision}: reference run and warm-ups done", flush=True)
     raw = {}
     for round_index in range(rounds):
         for context in contexts:
