@@ -1,17 +1,27 @@
-"""Speculative decoding against the target alone at real size on a CPU: draft settings and the confident prefix.
+"""Speculative decoding against the target alone at real size on a CPU: target precision, draft settings, the
+confident prefix, and the memory roofline.
 
 One run, configurations interleaved (rounds rotate their order, so drift of the shared CPU hits all alike),
-with the random real-size pair of `benchmarks.engine_efficiency` (int8 target at f32, the reference
-precision, so every run's tokens must equal the target-only tokens, or the script stops):
+with the random real-size pair of `benchmarks.engine_efficiency`, the target sharpened to trained-like margins
+(`benchmarks.real_size_model.sharpen_margins`, `--input-scale`; `benchmarks.margins` measures them). The target
+(int8 weights) runs at each of `--precisions`: at f32, the reference precision, every run's tokens must equal
+the target-only tokens, or the script stops; at the device's default (bf16 on this CPU) a block and single
+tokens round differently, so each row reports its agreement with target-only decoding at that precision: the
+share of tokens before the first difference, and where the first differences fell (position, and the
+target-only step's margin there over the logits' spread).
 
 1. Draft settings at forced acceptance, upstream's 5.47 tokens per step, 15 drafts verified per step:
-   `DRAFT_SETTINGS` (exported weight format x the draft's compile precision; the target's never changes).
+   `DRAFT_SETTINGS` (exported weight format x the draft's compile precision).
 2. The confident prefix: acceptance and confidences replayed from recorded runs of the distilled tiny pair
    (`record_tiny_pair_steps`: per step, how many drafts the target accepted and the draft's confidence at
    each position), 15 drafts per step (fixed, threshold 0) against thresholds that verify only the confident prefix.
    The language-model IR takes any length, so a shorter verification costs less.
+3. A roofline line per context and target precision: the bytes a decode step reads (`benchmarks.roofline`:
+   weights, K/V cache, linear-attention states) over this machine's memory bandwidth, measured in numpy before
+   and after the run (the faster counts), against the measured target-only step.
 
-    python -m benchmarks.cpu_speedup [--contexts 1024 3072] [--thresholds 0 0.3 0.5 0.7 0.9] [--json FILE]
+    python -m benchmarks.cpu_speedup [--contexts 1024 3072] [--precisions f32 default]
+                                     [--thresholds 0 0.3 0.5 0.7 0.9] [--json FILE]
 
 Artefacts are cached in --work and shared with `benchmarks.engine_efficiency` (the first run builds them:
 ~10 min and ~11 GB of peak memory on the 2-core machine).
@@ -29,21 +39,27 @@ import numpy as np
 from benchmarks.engine_efficiency import (BLOCK_SIZE, EMBEDDINGS_FILE, VERIFY_LENGTH, ForcedAcceptanceProposer,
                                           StepCounters, TableEmbeddings, check_invariant, in_round_order,
                                           prepare_draft, prepare_target, summarize, tau_schedule)
+from benchmarks.margins import LogitRecorder, top_margins
+from benchmarks.roofline import bytes_per_token, memory_bandwidth, roofline_row, weight_bytes
 from utils.cli import add_json_option, command_parser, float_between, int_at_least, write_json
+from utils.contract import LANGUAGE_MODEL_NAME
 from utils.engine.decoder import SpeculativeDecoder
-from utils.engine.device import compile_properties, inference_precision
+from utils.engine.device import PRECISIONS, compile_properties, inference_precision
 from utils.engine.draft import DSparkProposer
 from utils.engine.language_model import LanguageModelSession
+from utils.evaluation.compare import first_difference
 
-__all__ = ["DRAFT_SETTINGS", "RecordedStep", "record_tiny_pair_steps", "replay_schedule", "main"]
+__all__ = ["DRAFT_SETTINGS", "INPUT_SCALE", "RecordedStep", "PrefillOnce", "record_tiny_pair_steps", "replay_schedule",
+           "report_rows", "roofline_rows", "main"]
 
 # name -> (the draft IR's weight format, the draft's compile precision): "default" is the device's own (bf16 on
 # this CPU, with dynamic activation quantization for int8/int4 weights).
 DRAFT_SETTINGS = {"fp32": ("fp32", "f32"), "bf16": ("fp32", "default"), "int8": ("int8", "default"),
                   "int4": ("int4", "default")}
 UPSTREAM_TAU = 5.47  # the seed's tokens per step of the real pair (Arc B390)
-
-
+INPUT_SCALE = 16.0  # sharpen_margins: margins like a confident reader's (docs/performance.md)
+TARGET_ONLY = "target only"
+WARM_UP_CONTEXT = 256  # tokens: a warm-up needs every call length, not the long context's prefill
 @dataclass(frozen=True)
 class RecordedStep:
     """One speculative step of a recorded run: leading drafts the target accepted, the draft's confidences."""
@@ -77,13 +93,13 @@ def replay_schedule(steps: list[RecordedStep]):
 
 def _decoders(language_model, embed, drafts: dict, reference: list[int], *, vocab_size: int, replay_draft: str,
               recorded: list[RecordedStep], thresholds: list[float]) -> dict:
-    """name -> (StepCounters, confidence threshold) of every configuration of one context."""
+    """name -> (StepCounters, confidence threshold) of every configuration of one context and target precision."""
     def speculative(draft, schedule):
         proposer = ForcedAcceptanceProposer(draft, reference, schedule=schedule, vocab_size=vocab_size)
         return StepCounters(SpeculativeDecoder(language_model, embed, stop_token_ids=(), proposer=proposer,
                                                block_size=BLOCK_SIZE))
 
-    configs = {"target only": (StepCounters(SpeculativeDecoder(language_model, embed, stop_token_ids=())), 0.0)}
+    configs = {TARGET_ONLY: (StepCounters(SpeculativeDecoder(language_model, embed, stop_token_ids=())), 0.0)}
     for name, draft in drafts.items():
         configs[f"draft {name}"] = (speculative(draft, tau_schedule(UPSTREAM_TAU)), 0.0)
     for threshold in thresholds:
@@ -92,68 +108,135 @@ def _decoders(language_model, embed, drafts: dict, reference: list[int], *, voca
     return configs
 
 
-def measure(language_model, embed, drafts: dict, recorded: list[RecordedStep], *, contexts: list[int],
+class PrefillOnce:
+    """A `LanguageModelSession` that prefills each context once: a later prefill of the same embeddings restores the
+    state the first one left. The runs of a context repeat its prefill, which is no part of the per-step times."""
+
+    def __init__(self, session):
+        self.session, self._done = session, {}
+
+    def prefill(self, inputs_embeds):
+        key = (inputs_embeds.shape, hash(np.ascontiguousarray(inputs_embeds, np.float32).tobytes()))
+        if key not in self._done:
+            logits, hidden = self.session.prefill(inputs_embeds)
+            self._done[key] = (logits, hidden, self.session.snapshot())
+        logits, hidden, snapshot = self._done[key]
+        self.session.restore(snapshot)
+        return logits.copy(), hidden.copy()
+
+    def __getattr__(self, name):
+        return getattr(self.session, name)
+
+
+def _reference(language_model, embed, context_embeds: np.ndarray, length: int) -> tuple[list[int], np.ndarray]:
+    """Target-only greedy tokens after the context, and each token's relative margin (`benchmarks.margins`)."""
+    recorder = LogitRecorder(language_model)
+    tokens, _, _ = StepCounters(SpeculativeDecoder(recorder, embed, stop_token_ids=())).run(context_embeds, length)
+    return tokens, top_margins(np.stack(recorder.logits))[1]
+
+
+def measure(language_models: dict, embed, drafts: dict, recorded: list[RecordedStep], *, contexts: list[int],
             thresholds: list[float], replay_draft: str, new_tokens: int, rounds: int, seed: int) -> dict:
-    """Interleaved runs of every configuration at every context; raw per-step counters per (context, name)."""
+    """Interleaved runs of every configuration at every context and target precision (`language_models`:
+    precision -> session); raw per-step counters and first differences per (context, precision, name)."""
     rng = np.random.default_rng(seed)
     vocab_size = embed.table.shape[0]
     setups = {}
     for context in contexts:
         context_embeds = embed(rng.integers(vocab_size, size=context))
-        reference, _, _ = StepCounters(SpeculativeDecoder(language_model, embed, stop_token_ids=())).run(
-            context_embeds, new_tokens + VERIFY_LENGTH)
-        configs = _decoders(language_model, embed, drafts, reference, vocab_size=vocab_size,
-                            replay_draft=replay_draft, recorded=recorded, thresholds=thresholds)
-        for counters, threshold in configs.values():  # warm-up: every compiled shape once
-            counters.run(context_embeds, 2 * VERIFY_LENGTH, confidence_threshold=threshold)
-        setups[context] = (context_embeds, reference, configs)
+        for precision, language_model in language_models.items():
+            reference, margins = _reference(language_model, embed, context_embeds, new_tokens + VERIFY_LENGTH)
+            configs = _decoders(language_model, embed, drafts, reference, vocab_size=vocab_size,
+                                replay_draft=replay_draft, recorded=recorded, thresholds=thresholds)
+            for counters, threshold in configs.values():  # warm-up: every call length once, on a short context
+                counters.run(context_embeds[:WARM_UP_CONTEXT], 2 * VERIFY_LENGTH, confidence_threshold=threshold)
+            setups[(context, precision)] = (context_embeds, reference, margins, configs)
+            print(f"  context {context}, target at {precision}: reference run and warm-ups done", flush=True)
     raw = {}
     for round_index in range(rounds):
-        for context, (context_embeds, reference, configs) in setups.items():
-            for name in in_round_order(list(configs), round_index):
+        for context in contexts:
+            runs = [(precision, name) for precision in language_models for name in setups[(context, precision)][3]]
+            for precision, name in in_round_order(runs, round_index):
+                context_embeds, reference, margins, configs = setups[(context, precision)]
                 counters, threshold = configs[name]
                 tokens, steps, seconds = counters.run(context_embeds, new_tokens, confidence_threshold=threshold)
-                check_invariant(tokens, reference, label=f"context {context}, {name}, round {round_index}", strict=True)
-                record = raw.setdefault((context, name), {"steps": [], "verified": [], "decode_s": []})
-                first = 0 if name == "target only" else 1  # the first speculative step ingests the context
-                record["steps"] += steps[first:]
-                record["verified"] += [len(step.drafted) for step in counters.last_steps[1 + first:]]
+                label = f"context {context}, {precision}, {name}, round {round_index}"
+                check_invariant(tokens, reference, label=label, strict=precision == "f32")
+                first = first_difference(tokens, reference[:len(tokens)])
+                record = raw.setdefault((context, precision, name),
+                                        {"steps": [], "verified": [], "decode_s": [], "tokens": [], "differences": []})
+                skip = 0 if name == TARGET_ONLY else 1  # the first speculative step ingests the context
+                record["steps"] += steps[skip:]
+                record["verified"] += [len(step.drafted) for step in counters.last_steps[1 + skip:]]
                 record["decode_s"].append(seconds)
-                print(f"  round {round_index} context {context} {name}: {seconds:.2f} s", flush=True)
+                record["tokens"].append(len(tokens))
+                if first is not None:
+                    record["differences"].append({"round": round_index, "position": first,
+                                                  "reference_relative_margin": float(margins[first])})
+                print(f"  round {round_index} context {context} {precision} {name}: {seconds:.2f} s", flush=True)
     return raw
 
 
-def report_rows(raw: dict, *, contexts: list[int]) -> list[dict]:
-    """One row per (context, configuration): per-step times, shares and speedups."""
+def report_rows(raw: dict, *, contexts: list[int], precisions: list[str]) -> list[dict]:
+    """One row per (context, target precision, configuration): per-step times, speedups over target-only at the
+    same precision (and at f32, when measured), and agreement with target-only decoding at the same precision."""
     rows = []
     for context in contexts:
-        baseline = summarize(raw[(context, "target only")]["steps"])
-        names = [name for (c, name) in raw if c == context]
-        for name in names:
-            record = raw[(context, name)]
-            summary = summarize(record["steps"])
-            wall_ms = 1000 * statistics.fmean(step["wall"] for step in record["steps"])
-            rows.append({
-                "context": context, "configuration": name, "tokens_per_step": summary["tau"],
-                "tokens_per_s": summary["tokens_per_s"], "speedup": summary["tokens_per_s"] / baseline["tokens_per_s"],
-                "step_ms": wall_ms, "t_target_ms": summary["target_ms"], "t_draft_ms": summary["draft_ms"],
-                "t_markov_ms": summary["markov_ms"], "host_ms": summary["host_ms"],
-                "markov_share": summary["markov_ms"] / wall_ms, "host_share": summary["host_ms"] / wall_ms,
-                "verified_per_step": statistics.fmean(record["verified"]) if record["verified"] else 0.0,
-            })
+        f32 = raw.get((context, "f32", TARGET_ONLY))
+        f32_tokens_per_s = summarize(f32["steps"])["tokens_per_s"] if f32 else None
+        for precision in precisions:
+            baseline = summarize(raw[(context, precision, TARGET_ONLY)]["steps"])
+            for (c, p, name), record in raw.items():
+                if (c, p) != (context, precision):
+                    continue
+                summary = summarize(record["steps"])
+                wall_ms = 1000 * statistics.fmean(step["wall"] for step in record["steps"])
+                agreed = [next((d["position"] for d in record["differences"] if d["round"] == run), count)
+                          for run, count in enumerate(record["tokens"])]
+                rows.append({
+                    "context": context, "precision": precision, "configuration": name,
+                    "tokens_per_step": summary["tau"], "tokens_per_s": summary["tokens_per_s"],
+                    "speedup": summary["tokens_per_s"] / baseline["tokens_per_s"],
+                    "speedup_over_f32_target": summary["tokens_per_s"] / f32_tokens_per_s if f32_tokens_per_s else None,
+                    "step_ms": wall_ms, "t_target_ms": summary["target_ms"], "t_draft_ms": summary["draft_ms"],
+                    "t_markov_ms": summary["markov_ms"], "host_ms": summary["host_ms"],
+                    "verified_per_step": statistics.fmean(record["verified"]) if record["verified"] else 0.0,
+                    "agreement": sum(agreed) / sum(record["tokens"]), "differences": record["differences"],
+                })
     return rows
 
 
-def print_tables(rows: list[dict]) -> None:
-    print("\n| context | configuration | tokens/step | drafts verified | step (ms) | target (ms) | draft (ms) "
-          "| Markov (ms) | host (ms) | Markov share | host share | tok/s | speedup |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+def roofline_rows(rows: list[dict], *, weights: int, state_bytes, bandwidth: float) -> list[dict]:
+    """One roofline line per target-only row: `state_bytes(context)` -> {part: bytes} (the session's
+    `state_bytes`), `weights` bytes, `bandwidth` bytes/s; the target-only step (wall) is the measured decode."""
+    return [{"precision": row["precision"]} | roofline_row(
+                context=row["context"], per_token=bytes_per_token(weights=weights, state=state_bytes(row["context"])),
+                bandwidth=bandwidth, decode_ms=row["step_ms"])
+            for row in rows if row["configuration"] == TARGET_ONLY]
+
+
+def print_tables(rows: list[dict], roofline: list[dict]) -> None:
+    print("\n| context | target | configuration | tokens/step | drafts verified | step (ms) | target (ms) | draft (ms) "
+          "| Markov (ms) | host (ms) | tok/s | speedup | agreement |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
-        print(f"| {row['context']} | {row['configuration']} | {row['tokens_per_step']:.2f} "
+        print(f"| {row['context']} | {row['precision']} | {row['configuration']} | {row['tokens_per_step']:.2f} "
               f"| {row['verified_per_step']:.1f} | {row['step_ms']:.1f} | {row['t_target_ms']:.1f} "
               f"| {row['t_draft_ms']:.1f} | {row['t_markov_ms']:.2f} | {row['host_ms']:.1f} "
-              f"| {row['markov_share']:.1%} | {row['host_share']:.1%} | {row['tokens_per_s']:.1f} "
-              f"| {row['speedup']:.2f}x |")
+              f"| {row['tokens_per_s']:.1f} | {row['speedup']:.2f}x | {row['agreement']:.1%} |")
+    for row in rows:
+        for difference in row["differences"]:
+            print(f"  context {row['context']}, {row['precision']}, {row['configuration']}, round "
+                  f"{difference['round']}: first difference at token {difference['position']} (target-only margin "
+                  f"there {difference['reference_relative_margin']:.3f} of the logits' spread)")
+    print("\n| context | target | weights (MB) | K/V cache (MB) | linear states (MB) | bandwidth (GB/s) "
+          "| bound (ms/token) | target only (ms/token) | over the bound |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for line in roofline:
+        print(f"| {line['context']} | {line['precision']} | {line['weights_bytes'] / 1e6:.0f} "
+              f"| {line['kv_cache_bytes'] / 1e6:.1f} | {line['linear_state_bytes'] / 1e6:.1f} "
+              f"| {line['bandwidth_gb_s']:.1f} | {line['bound_ms']:.1f} | {line['decode_ms']:.1f} "
+              f"| {line['over_bound']:.2f}x |")
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -162,6 +245,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="cache folder for the random models and their IRs (shared with engine_efficiency)")
     parser.add_argument("--contexts", metavar="N", type=int_at_least(1), nargs="+", default=[1024, 3072],
                         help="context tokens")
+    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS),
+                        help="the target's precisions (f32: tokens checked equal to target-only; default: the "
+                             "device's own, agreement reported)")
+    parser.add_argument("--input-scale", metavar="X", type=float_between(1.0, 1000.0), default=INPUT_SCALE,
+                        help="sharpen_margins' input scale of the random target (its own cached IR per value)")
     parser.add_argument("--drafts", nargs="+", default=list(DRAFT_SETTINGS), choices=list(DRAFT_SETTINGS),
                         help="draft settings at forced acceptance (weight format x compile precision)")
     parser.add_argument("--thresholds", metavar="P", type=float_between(0.0, 1.0), nargs="+",
@@ -178,32 +266,41 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Builds or reuses the artefacts, records the tiny pair's steps, measures, prints the table."""
+    """Builds or reuses the artefacts, records the tiny pair's steps, measures, prints the tables."""
     args = _parse_args(argv)
     recorded = record_tiny_pair_steps()
     print(f"recorded {len(recorded)} steps of the tiny pair: {statistics.fmean(s.accepted for s in recorded) + 1:.2f} "
           f"tokens per step", flush=True)
-    target = prepare_target(args.work, "int8")
-    properties = compile_properties("CPU", precision="f32")
+    target = prepare_target(args.work, "int8", input_scale=args.input_scale)
     embed = TableEmbeddings(np.load(target / EMBEDDINGS_FILE, mmap_mode="r"))
-    language_model = LanguageModelSession(target, properties=properties,
-                                          max_length=max(args.contexts) + args.new_tokens + 4 * VERIFY_LENGTH)
-    drafts, precisions = {}, {}
+    max_length = max(args.contexts) + args.new_tokens + 4 * VERIFY_LENGTH
+    language_models = {
+        precision: PrefillOnce(LanguageModelSession(target, properties=compile_properties("CPU", precision=precision),
+                                                    max_length=max_length))
+        for precision in dict.fromkeys(args.precisions)}
+    drafts, draft_precisions = {}, {}
     for name in dict.fromkeys([*args.drafts, args.replay_draft]):
         weight_format, precision = DRAFT_SETTINGS[name]
         drafts[name] = DSparkProposer.load(prepare_draft(args.work, weight_format), "CPU",
                                            properties=compile_properties("CPU", precision=precision), embed=embed)
-        precisions[name] = inference_precision(drafts[name].draft.compiled)
-    print(f"draft settings (inference precision): {precisions}; {args.new_tokens} tokens per run, "
+        draft_precisions[name] = inference_precision(drafts[name].draft.compiled)
+    print(f"draft settings (inference precision): {draft_precisions}; {args.new_tokens} tokens per run, "
           f"{args.rounds} rounds", flush=True)
-    raw = measure(language_model, embed, drafts, recorded, contexts=args.contexts, thresholds=args.thresholds,
+    bandwidth_before = memory_bandwidth()
+    raw = measure(language_models, embed, drafts, recorded, contexts=args.contexts, thresholds=args.thresholds,
                   replay_draft=args.replay_draft, new_tokens=args.new_tokens, rounds=args.rounds, seed=args.seed)
-    rows = report_rows(raw, contexts=args.contexts)
-    print_tables(rows)
+    bandwidth_after = memory_bandwidth()
+    bandwidth = max(bandwidth_before["bandwidth"], bandwidth_after["bandwidth"])
+    rows = report_rows(raw, contexts=args.contexts, precisions=list(language_models))
+    roofline = roofline_rows(rows, weights=weight_bytes(target / LANGUAGE_MODEL_NAME),
+                             state_bytes=next(iter(language_models.values())).state_bytes, bandwidth=bandwidth)
+    print_tables(rows, roofline)
     if args.json:
         settings = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()}
-        write_json(args.json, {"settings": settings, "draft_inference_precision": precisions,
-                               "recorded_steps": [asdict(step) for step in recorded], "rows": rows})
+        write_json(args.json, {"settings": settings, "draft_inference_precision": draft_precisions,
+                               "bandwidth": {"before": bandwidth_before, "after": bandwidth_after},
+                               "recorded_steps": [asdict(step) for step in recorded], "rows": rows,
+                               "roofline": roofline})
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.real_size_model import (HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model,
-                                        real_size_draft_config, real_size_text_config, write_random_draft)
+                                        real_size_draft_config, real_size_text_config, sharpen_margins,
+                                        write_random_draft)
 from utils.cli import add_json_option, command_parser, float_between, int_at_least, write_json
 from utils.contract import WEIGHT_FORMATS, LanguageModelConfig
 from utils.engine.decoder import SpeculativeDecoder
@@ -74,17 +75,23 @@ def _exported_as_now(folder: Path) -> bool:
     return (config.prefill_chunk, config.verify_length) == (PREFILL_CHUNK, VERIFY_LENGTH)
 
 
-def prepare_target(work: Path, weight_format: str) -> Path:
-    """The exported random target (and its embedding table as .npy) in `work`, built on first use."""
+def prepare_target(work: Path, weight_format: str, *, input_scale: float | None = None) -> Path:
+    """The exported random target (and its embedding table as .npy) in `work`, built on first use.
+
+    With `input_scale`, the target has trained-like margins (`benchmarks.real_size_model.sharpen_margins`) and a
+    folder of its own.
+    """
     from utils.export.language_model import export_language_model
     from utils.files import atomic_directory
 
-    folder = work / f"target-{weight_format}"
+    folder = work / (f"target-{weight_format}" if input_scale is None else f"target-{weight_format}-x{input_scale:g}")
     if folder.is_dir() and _exported_as_now(folder):
         return folder
     if folder.is_dir():  # exported by an older exporter or with other lengths: export again
         shutil.rmtree(folder)
     model = build_random_text_model(seed=0)
+    if input_scale is not None:
+        sharpen_margins(model, input_scale=input_scale)
     print(f"random Qwen3.5 text model: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters; "
           f"exporting ({weight_format}) ...", flush=True)
     with atomic_directory(folder) as staging:

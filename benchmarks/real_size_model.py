@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["VERIFY_LENGTH", "HIDDEN_LAYER_IDS", "DRAFT_VOCAB_SIZE", "real_size_text_config",
-           "build_random_text_model", "real_size_draft_config", "write_random_draft", "real_size_vision_config",
-           "real_size_image_processor", "random_target_config", "write_random_target"]
+           "build_random_text_model", "sharpen_margins", "real_size_draft_config", "write_random_draft",
+           "real_size_vision_config", "real_size_image_processor", "random_target_config", "write_random_target"]
 
 VERIFY_LENGTH = 16  # a DSpark block of 15 drafts + the anchor (DESIGN sec. 2)
 HIDDEN_LAYER_IDS = [3, 7, 11, 15, 19]
@@ -61,6 +61,40 @@ def build_random_text_model(*, seed: int = 0):
 
     torch.manual_seed(seed)
     return Qwen3_5ForCausalLM(real_size_text_config()).eval()
+
+
+def sharpen_margins(model, *, input_scale: float, seed: int = 0) -> np.ndarray:
+    """Gives a random Qwen3.5 causal LM a trained model's wide top-1/top-2 logit margins, in place: a bigram reader.
+
+    A random model's last hidden state points at no row of the output embedding in particular, so its top two
+    logits are near-ties (`benchmarks.margins` measures them), and bf16 rounding flips them. Scaling the final
+    norm or the output embedding would not help: it scales the margins and the rounding errors alike. Here the
+    input embeddings are multiplied by `input_scale`, so the token read dominates the residual stream up to the
+    last layer (every layer reads an RMS-normalised copy, so what the layers add keeps its size), and the output
+    embedding is untied and set to the input rows under a fixed random permutation pi (row pi(v) = row v). The
+    next token is then pi(current token) by a margin that grows with `input_scale`, as a confident reader's is;
+    the rest of the context still moves every logit. The shapes, so the costs, are the random model's.
+
+    Args:
+        model: a `Qwen3_5ForCausalLM` (`build_random_text_model`).
+        input_scale: factor of the input embeddings; 1 keeps the random model's margins (but unties it).
+        seed: numpy seed of the permutation.
+
+    Returns:
+        pi, as an array: pi[v] is the token the model favours after token v.
+    """
+    import torch
+
+    if input_scale <= 0:
+        raise ValueError(f"input_scale={input_scale} must be positive")
+    embeddings = model.get_input_embeddings().weight.detach().clone()
+    permutation = torch.from_numpy(np.random.default_rng(seed).permutation(embeddings.shape[0]))
+    output = torch.empty_like(embeddings)
+    output[permutation] = embeddings
+    model.config.tie_word_embeddings = False
+    model.get_input_embeddings().weight = torch.nn.Parameter(embeddings * input_scale, requires_grad=False)
+    model.get_output_embeddings().weight = torch.nn.Parameter(output, requires_grad=False)
+    return permutation.numpy()
 
 
 def real_size_draft_config(text_config, *, block_size: int, mask_token_id: int) -> dict:

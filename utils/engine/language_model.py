@@ -125,6 +125,12 @@ class LanguageModelSession:
         """Seconds of the public calls spent outside OpenVINO: input preparation, state slicing, rollback in numpy."""
         return self.call_clock.seconds - self.clock.seconds
 
+    def state_bytes(self, past_length: int) -> dict[str, int]:
+        """Bytes of state a call reads after `past_length` committed tokens (for a roofline): {"kv_cache": the full
+        attention layers' K/V, "linear_state": the linear attention layers' conv and recurrent states}."""
+        return {"kv_cache": sum(buffer[:, :past_length].nbytes for buffer in self._kv_buffers.values()),
+                "linear_state": sum(state.nbytes for state in self._linear_state.values())}
+
     @property
     def past_length(self) -> int:
         """Tokens committed to the state."""
@@ -174,6 +180,22 @@ class LanguageModelSession:
         for state in self._linear_state.values():
             state.fill(0.0)
         self._pending = None
+
+    def snapshot(self) -> dict:
+        """A copy of the committed text's state; `restore` returns to it (a benchmark prefills a context once)."""
+        length = self._past_length
+        return {"past_length": length,
+                "kv": {name: buffer[:, :length].copy() for name, buffer in self._kv_buffers.items()},
+                "linear": {name: state.copy() for name, state in self._linear_state.items()}}
+
+    def restore(self, snapshot: dict) -> None:
+        """Returns to a `snapshot` of this session; a verified block not yet accepted is dropped."""
+        length = snapshot["past_length"]
+        for name, buffer in self._kv_buffers.items():
+            buffer[:, :length] = snapshot["kv"][name]
+        for name, state in self._linear_state.items():
+            state[...] = snapshot["linear"][name]
+        self._past_length, self._pending = length, None
 
     @_timed_call
     def prefill(self, inputs_embeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
