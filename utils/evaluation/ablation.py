@@ -51,11 +51,12 @@ def threshold_variants(default: float = DEFAULT_CONFIDENCE_THRESHOLD) -> list[Va
 def _row(page: str, variant: Variant, results: list) -> dict:
     metrics = results[0].metrics
     drafting = metrics.steps[1:]  # the prefill drafts nothing
+    verified = sum(len(step.drafted) for step in drafting)
     ms_per_token = [1000 * result.metrics.decode_seconds / max(result.metrics.num_generated_tokens - 1, 1)
                     for result in results]
     return {"page": page, "variant": variant.name, "tokens": tuple(results[0].tokens),
-            "steps": metrics.num_steps, "drafts verified": sum(len(step.drafted) for step in drafting),
-            "drafts verified per step": sum(len(step.drafted) for step in drafting) / max(len(drafting), 1),
+            "steps": metrics.num_steps, "drafts verified": verified,
+            "drafts verified per step": verified / max(len(drafting), 1),
             "tokens per step": metrics.mean_tokens_per_step,
             "lowest confidence": min((c for step in drafting for c in step.confidences or ()), default=None),
             "ms per token": statistics.median(ms_per_token), "ms per token min": min(ms_per_token),
