@@ -28,7 +28,7 @@ __all__ = [
     "COMPRESSED_FORMATS", "WEIGHT_FORMATS",
     # target folder
     "VISION_EMBEDDINGS_NAME", "TEXT_EMBEDDINGS_NAME", "TOKENIZER_NAME", "DETOKENIZER_NAME", "LANGUAGE_MODEL_NAME",
-    "LANGUAGE_MODEL_CONFIG", "LanguageModelConfig", "HIDDEN_STATES_RT_INFO_KEY",
+    "LANGUAGE_MODEL_CONFIG", "LanguageModelConfig", "DEFAULT_PREFILL_CHUNK", "HIDDEN_STATES_RT_INFO_KEY",
     "DOWNSAMPLE_MODE_RT_INFO_KEY", "TARGET_MANIFEST",
     # draft folder
     "DRAFT_MODEL", "MARKOV_HEAD_MODEL", "RT_INFO_NAMESPACE", "RT_INFO_KEYS", "WEIGHT_FORMAT_KEY",
@@ -160,6 +160,14 @@ def rollback_delta(i: int) -> str:
 def rollback_log_decay(i: int) -> str:
     """Verify output: the block's cumulative log decay."""
     return f"rollback_log_decay.{i}"
+
+
+# Tokens of a prefill call. At the CPU's bf16, a call that continues a prompt (past state given) computes its
+# first dozen positions with large errors (up to 10 logits against under 1 elsewhere, measured on the tiny
+# reading target: its 203-token page prompt in calls of 128 changed the reading of 13 of 40 held-out pages
+# against f32; in one call of 256, 1 of 40). So the default holds a tiny page's whole prompt; a real prompt of
+# 1k-3k tokens still spans several calls (`docs/performance.md`).
+DEFAULT_PREFILL_CHUNK = 256
 
 
 @dataclass(frozen=True)

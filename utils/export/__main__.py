@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from utils.cli import command_parser, existing_dir, int_at_least
-from utils.contract import DRAFT_MODEL, MARKOV_HEAD_MODEL, WEIGHT_FORMATS
+from utils.contract import DEFAULT_PREFILL_CHUNK, DRAFT_MODEL, MARKOV_HEAD_MODEL, WEIGHT_FORMATS
 from utils.contract.processor import DOWNSAMPLE_MODES
 from utils.files import folder_size
 
@@ -98,7 +98,7 @@ def add_target_command(subparsers, formatter=argparse.HelpFormatter) -> None:
                         help="target layers to output (default: the draft's)")
     parser.add_argument("--verify-length", metavar="N", type=int_at_least(2),
                         help="tokens per verification (default: draft block size + 1)")
-    parser.add_argument("--prefill-chunk", metavar="N", type=int_at_least(1), default=128,
+    parser.add_argument("--prefill-chunk", metavar="N", type=int_at_least(1), default=DEFAULT_PREFILL_CHUNK,
                         help="tokens per prefill call")
     parser.add_argument("--downsample-mode", choices=DOWNSAMPLE_MODES,
                         help="image tokens per 2x2 (4x) or 4x4 (16x) patches (default: the checkpoint's own; 4x for "

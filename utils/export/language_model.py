@@ -64,8 +64,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.checkpoint.config import check_layer_ids
-from utils.contract import (ATTENTION_MASK, HIDDEN_STATES, HIDDEN_STATES_RT_INFO_KEY, INPUTS_EMBEDS,
-                            LANGUAGE_MODEL_NAME, LOGITS, NUM_LOGITS, POSITION_IDS, WEIGHT_FORMATS, LanguageModelConfig,
+from utils.contract import (ATTENTION_MASK, DEFAULT_PREFILL_CHUNK, HIDDEN_STATES, HIDDEN_STATES_RT_INFO_KEY,
+                            INPUTS_EMBEDS, LANGUAGE_MODEL_NAME, LOGITS, NUM_LOGITS, POSITION_IDS, WEIGHT_FORMATS, LanguageModelConfig,
                             past_conv_state, past_key, past_recurrent_state, past_value, present_conv_window,
                             present_key, present_recurrent_state, present_value, rollback_delta, rollback_key,
                             rollback_log_decay)
@@ -343,7 +343,7 @@ def export_language_model(
     *,
     hidden_layer_ids: list[int],
     verify_length: int,
-    prefill_chunk: int = 128,
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
     weight_format: str = "fp32",
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> dict:

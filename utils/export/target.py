@@ -26,7 +26,8 @@ import shutil
 import time
 from pathlib import Path
 
-from utils.contract import TARGET_MANIFEST, TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME, WEIGHT_FORMATS
+from utils.contract import (DEFAULT_PREFILL_CHUNK, TARGET_MANIFEST, TEXT_EMBEDDINGS_NAME, VISION_EMBEDDINGS_NAME,
+                            WEIGHT_FORMATS)
 from utils.export.compression import save_ir
 from utils.export.source_checks import check_text_config
 from utils.files import atomic_directory
@@ -84,7 +85,8 @@ def _layer_ids_and_verify_length(source: Path, draft: Path | None, hidden_layer_
 
 def export_target(source: Path | str, out: Path | str, *, draft: Path | str | None = None,
                   hidden_layer_ids: list[int] | None = None, verify_length: int | None = None,
-                  prefill_chunk: int = 128, weight_format: str = "fp32", downsample_mode: str | None = None,
+                  prefill_chunk: int = DEFAULT_PREFILL_CHUNK, weight_format: str = "fp32",
+                  downsample_mode: str | None = None,
                   max_slice_nums: int | None = None, overwrite: bool = False) -> Path:
     """Exports a MiniCPM-OCR folder (tiny or `openbmb/MiniCPM-OCR-1.0`) to an IR folder, atomically.
 
