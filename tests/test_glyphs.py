@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from utils.evaluation.pages import render_page, sample_pages
+from utils.evaluation.pages import printed_sample_pages, render_page
 from utils.pipeline.preprocessing.glyphs import TINY_RESOLUTION, adaptive_upsize_resolution, luma, otsu_threshold
 
 
@@ -56,11 +56,11 @@ def test_luma_equals_pil_convert_l():
 
 def _classifier_images() -> list[Image.Image]:
     """Pages and crops that reach every decision: small dense text, large sparse text, tiny, blank, inverted."""
-    pages = [page.image for page in sample_pages()]
+    pages = [page.image for page in printed_sample_pages()]
     large_text = pages[0].resize((pages[0].width * 3, pages[0].height * 3), Image.Resampling.NEAREST)
     blank = Image.new("RGB", (300, 200), "white")
     noise = Image.fromarray(np.random.default_rng(2).integers(0, 256, (90, 120, 3), dtype=np.uint8))
-    tall = render_page("\n".join(page.text for page in sample_pages()), chars_per_line=40)
+    tall = render_page("\n".join(page.text for page in printed_sample_pages()), chars_per_line=40)
     return [*pages, *(ImageOps.invert(page) for page in pages[:3]), large_text, blank, noise, tall,
             pages[1].crop((0, 0, 60, 40)), pages[2].crop((0, 0, 30, 20)), Image.new("RGB", (1, 1), "black"),
             Image.new("RGB", (200, 30), "white"), pages[3].resize((80, 45))]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from utils.evaluation.pages import render_page, sample_pages
+from utils.evaluation.pages import printed_sample_pages, render_page
 from utils.pipeline.preprocessing import ChatPromptBuilder, ImagePreprocessor
 
 MAX_LEVELS = 2
@@ -107,7 +107,7 @@ def adaptive_folder(request, tiny_pair, tmp_path_factory):
 def _adaptive_pages() -> dict[str, Image.Image]:
     """Pages that resolve differently under "adaptive": small dense text (upscaled), large text (kept native),
     tiny images (towards 84 px), light text on dark, and sliced pages whose slices resolve differently."""
-    pages = [page.image for page in sample_pages()]
+    pages = [page.image for page in printed_sample_pages()]
     large_text = pages[0].resize((pages[0].width * 2, pages[0].height * 2), Image.Resampling.NEAREST)
     mixed = Image.new("RGB", (701, 420), "white")  # 1 x 2 slices: dense text left, large text right from x = 350
     mixed.paste(pages[3], (0, 0))
@@ -118,7 +118,7 @@ def _adaptive_pages() -> dict[str, Image.Image]:
     exact_cell.paste(pages[4], (5, 150))
     rounded_cells = Image.new("RGB", (300, 1052), "white")  # 3 x 1 slices cut at rows 351 and 701 (round, not floor)
     rounded_cells.paste(large_text, (0, 400))
-    long_page = render_page("\n".join(page.text for page in sample_pages()), chars_per_line=90)
+    long_page = render_page("\n".join(page.text for page in printed_sample_pages()), chars_per_line=90)
     long_page_2x = long_page.resize((long_page.width * 2, long_page.height * 2), Image.Resampling.BICUBIC)
     return {"text-block": pages[0], "table": pages[1], "receipt": pages[4], "light-on-dark": ImageOps.invert(pages[3]),
             "large-text": large_text, "tiny-blank": Image.new("RGB", (40, 30), "white"),

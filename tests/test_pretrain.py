@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from utils.evaluation.pages import sample_pages
+from utils.evaluation.pages import printed_sample_pages
 from utils.files import sha256_file
 from utils.tiny import BUILD_STAMP, PretrainConfig, TinyPairConfig, build_tiny_pair
 from utils.tiny.__main__ import main as tiny_cli
@@ -16,7 +16,7 @@ from utils.tiny.pretrain import answer_loss, ocr_example
 
 QUICK = PretrainConfig()  # the shipped pair's recipe
 TINY = PretrainConfig(steps=2, examples_per_step=1)  # enough to exercise every file the pretraining writes
-HELD_OUT = [(page.text, page.image) for page in sample_pages()]
+HELD_OUT = [(page.text, page.image) for page in printed_sample_pages()]
 
 
 def _without_dtype(path) -> dict:

@@ -14,10 +14,10 @@ import json
 import numpy as np
 import pytest
 
-from utils.evaluation.pages import sample_pages
+from utils.evaluation.pages import printed_sample_pages
 from utils.tiny.published import PUBLISHED_CHAT_TEMPLATE, write_published_layout
 
-PAGES = sample_pages()
+PAGES = printed_sample_pages()  # document-like pages the published processor resizes (parity below)
 RECIPE_SLICES = 9  # the model card's max_slice_nums
 
 
@@ -236,9 +236,10 @@ def test_the_pipeline_reads_the_published_pair_as_transformers_does(published, r
         features = torch.cat(model.model.get_image_features(inputs["pixel_values"], inputs["target_sizes"]).pooler_output)
     embeds = model.get_input_embeddings()(inputs["input_ids"])[0].detach().numpy()
     embeds[ids == pipeline.image_token_id] = features.numpy()
-    # pixels may differ by one uint8 level on ~1% of values (PIL vs torchvision bicubic: tests/test_preprocessing.py),
-    # which moves image features by up to ~2e-4 (measured 1.5e-4); text embeddings are looked up exactly
-    np.testing.assert_allclose(pipeline.prompt_embeddings(PAGES[page].image), embeds, atol=1e-3, rtol=0)
+    # pixels may differ by one uint8 level on ~1% of values (PIL vs torchvision bicubic: tests/test_preprocessing.py);
+    # the shipped reader's trained vision tower turns that into feature differences of up to 0.02 (measured 0.019 on
+    # these pages; the earlier, barely trained one 1.5e-4); text embeddings are looked up exactly
+    np.testing.assert_allclose(pipeline.prompt_embeddings(PAGES[page].image), embeds, atol=0.05, rtol=0)
     budget = 24
     expected = model.generate(**inputs, max_new_tokens=budget, do_sample=False)[0, ids.size:].tolist()
     result = pipeline.generate(PAGES[page].image, max_new_tokens=budget)

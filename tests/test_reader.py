@@ -10,11 +10,11 @@ import torch
 from utils.evaluation.character_error_rate import character_error_rate, edit_distance
 from utils.evaluation.pages import SAMPLE_PROMPTS, sample_rows
 from utils.evaluation.reading_pages import PAGE_KINDS, ReadingPage, line_split, reading_pages
-from utils.evaluation.typewriter import render_typewriter_page
+from utils.evaluation.typewriter import CELL, PAGE_ROWS, PAGE_WIDTH, render_typewriter_page
 from utils.tiny import BUILD_STAMP, DistillConfig, ReaderConfig
 from utils.tiny.__main__ import main as tiny_cli
 from utils.tiny.config import READING_PAIR
-from utils.tiny.reader import read_pages, reading_losses, score_readings
+from utils.tiny.reader import add_precision_noise, read_pages, reading_losses, score_readings
 from utils.tiny.training import quiet_single_thread, train_steps
 
 
@@ -39,9 +39,9 @@ def test_reading_pages_are_seeded_and_cycle_through_the_kinds():
     assert [page.image.tobytes() for page in first] == [page.image.tobytes() for page in again]
     assert [page.kind for page in first] == (list(PAGE_KINDS) * 2)[:10]
     assert [page.text for page in reading_pages(10, seed=4)] != [page.text for page in first]
-    assert all(1 <= len(page.text.splitlines()) <= 8 for page in first)
-    for page in first:  # every row as wide as the page: character k is image token k
-        assert len({len(row) for row in page.text.splitlines()}) == 1, page.text
+    for page in first:  # the one shape, every row as wide as the page: character k is image token k
+        assert [len(row) for row in page.text.splitlines()] == [PAGE_WIDTH] * PAGE_ROWS, page.text
+        assert page.image.size == ((PAGE_WIDTH + 1) * CELL, PAGE_ROWS * CELL)
 
 
 def test_held_out_pages_show_no_line_a_training_page_can_show():
@@ -56,7 +56,8 @@ def test_held_out_pages_show_no_line_a_training_page_can_show():
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"split": "test"}, "split='test'"), ({"max_lines": 0}, "max_lines=0"), ({"kinds": ("poem",)}, "unknown page kind"),
+    ({"split": "test"}, "split='test'"), ({"kinds": ("poem",)}, "unknown page kind"),
+    ({"kinds": ()}, "unknown page kind"),
 ])
 def test_reading_pages_refuse_bad_options(options, message):
     with pytest.raises(ValueError, match=message):
@@ -70,6 +71,28 @@ def test_reader_config_refuses_bad_options():
         ReaderConfig(warmup_steps=-1)
     with pytest.raises(ValueError, match="alignment_weight=-1"):
         ReaderConfig(alignment_weight=-1)
+    with pytest.raises(ValueError, match="precision_noise=-0.1"):
+        ReaderConfig(precision_noise=-0.1)
+
+
+def test_precision_noise_perturbs_training_only_and_comes_off():
+    """The noise multiplies every linear layer's input while training; evaluation and removed hooks see none."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    inputs = torch.randn(4, 8)
+    clean = model(inputs)
+    handles = add_precision_noise(model, 0.01)
+    assert len(handles) == 2
+    model.eval()
+    assert torch.equal(model(inputs), clean)
+    model.train()
+    noisy = model(inputs)
+    assert not torch.equal(noisy, clean)
+    assert torch.allclose(noisy, clean, rtol=0.2, atol=0.05)  # about 1% on each input: a small perturbation
+    for handle in handles:
+        handle.remove()
+    assert torch.equal(model(inputs), clean)
+    assert add_precision_noise(model, 0.0) == []
 
 
 def test_the_losses_need_one_token_per_character(reading_pair):

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from utils.evaluation.pages import typewriter_sample_pages
-from utils.evaluation.reading_pages import reading_pages
-from utils.evaluation.typewriter import (CELL, GLYPH_ATLAS, GLYPH_SIZES, GLYPHS, MAX_PAGE_CELLS, Ink, draw_glyph_atlas,
-                                         page_text, render_typewriter_page)
+from utils.evaluation.reading_pages import reading_pages, sample_pages
+from utils.evaluation.typewriter import (CELL, GLYPH_ATLAS, GLYPH_SIZES, GLYPHS, MAX_PAGE_CELLS, PAGE_CELLS, PAGE_ROWS,
+                                         PAGE_WIDTH, Ink, draw_glyph_atlas, fit_page, page_text,
+                                         render_typewriter_page)
 from utils.pipeline.preprocessing import ImagePreprocessor
 
 
@@ -23,6 +23,18 @@ def test_the_shipped_atlas_is_the_font_drawn_by_the_suite():
 
 def test_page_text_pads_every_row_to_the_page_width():
     assert page_text(["ab", "abcd", "a"]) == "ab  \nabcd\na   "
+
+
+def test_fit_page_gives_the_one_shape_or_names_what_does_not_fit():
+    lines = ["Total 12.50", "", "ok", "x", "y", "z"]
+    fitted = fit_page(lines)
+    assert [line.rstrip() for line in fitted] == [line.rstrip() for line in lines]
+    assert {len(line) for line in fitted} == {PAGE_WIDTH} and len(fitted) == PAGE_ROWS
+    assert render_typewriter_page(fitted).size == ((PAGE_WIDTH + 1) * CELL, PAGE_ROWS * CELL)
+    with pytest.raises(ValueError, match=f"a page has {PAGE_ROWS} rows; got 5"):
+        fit_page(lines[:5])
+    with pytest.raises(ValueError, match=f"at most {PAGE_WIDTH} characters"):
+        fit_page(["x" * (PAGE_WIDTH + 1), *lines[1:]])
 
 
 def test_a_page_has_one_cell_per_character_and_a_blank_end_column():
@@ -58,9 +70,9 @@ def test_bad_pages_are_refused(lines, ink, message):
 def test_a_reading_target_sees_one_image_token_per_character_of_every_typewriter_page(reading_pair):
     """The reading sizes' processor passes a typewriter page at its own size: image token k is character k."""
     preprocess = ImagePreprocessor.from_pretrained(reading_pair.target)
-    for page in [*typewriter_sample_pages(), *reading_pages(14, seed=0, split="held-out")]:
+    for page in [*sample_pages(), *reading_pages(14, seed=0, split="held-out")]:
         width, height = page.image.size
-        assert (width // CELL) * (height // CELL) <= MAX_PAGE_CELLS
+        assert (width // CELL) * (height // CELL) == PAGE_CELLS <= MAX_PAGE_CELLS
         inputs = preprocess(page.image)
         assert inputs.grid == (0, 0), page.name
         assert inputs.num_image_tokens == len(page.text) + 1, page.name  # every character, then the end

@@ -64,7 +64,7 @@ def _row(page: str, variant: Variant, results: list) -> dict:
 
 
 def run_ablation(pipeline, variants: Sequence[Variant], pages, *, prompt: str = DEFAULT_PROMPT,
-                 max_new_tokens: int = 64, repeats: int = 1) -> list[dict]:
+                 max_new_tokens: int = 512, repeats: int = 1) -> list[dict]:
     """Reads every page with every variant (one untimed warm-up read first), `repeats` times, the variants
     taking turns; one row per (page, variant).
 
@@ -126,7 +126,7 @@ class _RecordingHead:
         return self.head.walk(logits, hidden, anchor=anchor, num_tokens=num_tokens, top_k=top_k)
 
 
-def walk_margins(pipeline, pages, *, prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 64) -> dict:
+def walk_margins(pipeline, pages, *, prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 512) -> dict:
     """Why the walks agree or not, on the blocks of the pages' runs (Top-K walk, every draft verified): for each
     block position, whether the Top-K walk, the dense walk and the per-position argmax chose the same token, and
     the lead of the best block logit over the second (a Markov term smaller than it cannot change the choice).

@@ -68,7 +68,7 @@ def top2_margin(pipeline, image, prompt: str, prefix: list[int]) -> float:
     return float(best - second)
 
 
-def precision_study(pipelines: dict[str, tuple], exact_baseline, cases, *, max_new_tokens: int = 64) -> list[dict]:
+def precision_study(pipelines: dict[str, tuple], exact_baseline, cases, *, max_new_tokens: int = 512) -> list[dict]:
     """Speculative vs target-only output at each precision, case by case.
 
     Args:

@@ -20,14 +20,14 @@ from functools import cache
 import numpy as np
 
 from utils.evaluation.pages import CORPUS_PATH, SamplePage, sample_rows
-from utils.evaluation.typewriter import MAX_PAGE_CELLS, Ink, page_text, render_typewriter_page
+from utils.evaluation.typewriter import PAGE_ROWS, PAGE_WIDTH, Ink, fit_page, page_text, render_typewriter_page
 
-__all__ = ["PAGE_KINDS", "SPLITS", "ReadingPage", "iter_reading_pages", "reading_pages", "line_split"]
+__all__ = ["PAGE_KINDS", "SPLITS", "SAMPLE_SEED", "ReadingPage", "iter_reading_pages", "reading_pages", "line_split",
+           "sample_pages"]
 
 SPLITS = ("train", "held-out")
 _HELD_OUT_SHARE = 8  # one row in 8 belongs to the held-out split
 _MAX_WORD_LENGTH = 10
-_MAX_WIDTH = 32  # characters per row, drawn up to this (from the fewest a kind needs)
 
 
 @dataclass(frozen=True)
@@ -141,9 +141,9 @@ def _two_columns(rng, width):
     return lambda: left().ljust(column) + "   " + right()
 
 
-# kind -> (rows of a page of that kind, the fewest characters per row it needs)
-_KINDS = {"prose": (_prose, 14), "numbers": (_numbers, 14), "receipt": (_receipt, 16), "table": (_table, 25),
-          "form": (_form, 16), "letter": (_letter, 18), "two-columns": (_two_columns, 25)}
+# kind -> rows of a page of that kind, `PAGE_WIDTH` characters wide
+_KINDS = {"prose": _prose, "numbers": _numbers, "receipt": _receipt, "table": _table, "form": _form,
+          "letter": _letter, "two-columns": _two_columns}
 PAGE_KINDS = tuple(_KINDS)
 
 
@@ -152,28 +152,24 @@ def line_split(line: str) -> str:
     return SPLITS[zlib.crc32(line.rstrip().encode("utf-8")) % _HELD_OUT_SHARE == 0]
 
 
-def _page_lines(kind: str, rng: np.random.Generator, *, split: str, max_lines: int) -> list[str]:
-    make_rows, narrowest = _KINDS[kind]
-    width = int(rng.integers(narrowest, _MAX_WIDTH + 1))
-    rows = min(int(rng.integers(1, max_lines + 1)), MAX_PAGE_CELLS // (width + 1))
-    row, excluded = make_rows(rng, width), sample_rows()
+def _page_lines(kind: str, rng: np.random.Generator, *, split: str) -> list[str]:
+    row, excluded = _KINDS[kind](rng, PAGE_WIDTH), sample_rows()
     lines = []
-    while len(lines) < rows:
+    while len(lines) < PAGE_ROWS:
         line = row()
         if line.strip() and line_split(line) == split and line.rstrip() not in excluded:
             lines.append(line)
-    return lines
+    return fit_page(lines)
 
 
-def iter_reading_pages(*, seed: int, split: str = "train", max_lines: int = 8,
+def iter_reading_pages(*, seed: int, split: str = "train",
                        kinds: tuple[str, ...] = PAGE_KINDS, ink: Callable[[np.random.Generator], Ink] | None = None
                        ) -> Iterator[ReadingPage]:
-    """Generated pages of one split without end, kinds in turn, each of 1 to `max_lines` rows.
+    """Generated pages of one split without end, kinds in turn, each of the one shape (`PAGE_ROWS` x `PAGE_WIDTH`).
 
     Args:
         seed: the text and look of every page are a function of the seed.
         split: "train" or "held-out": every row of a page belongs to this split (`line_split`).
-        max_lines: rows per page, drawn in [1, max_lines] (fewer when a wide page would pass `MAX_PAGE_CELLS`).
         kinds: the page kinds to cycle through (`PAGE_KINDS`).
         ink: rng -> how a page is inked (for example `Ink.random`, as training does); None: the sample pages' ink.
 
@@ -182,19 +178,31 @@ def iter_reading_pages(*, seed: int, split: str = "train", max_lines: int = 8,
     """
     if split not in SPLITS:
         raise ValueError(f"split={split!r}: choose one of {', '.join(SPLITS)}")
-    if max_lines < 1:
-        raise ValueError(f"max_lines={max_lines} must be >= 1")
     unknown = [kind for kind in kinds if kind not in _KINDS]
     if unknown or not kinds:
         raise ValueError(f"unknown page kinds {unknown}; the kinds are {', '.join(PAGE_KINDS)}")
     rng = np.random.default_rng([seed, SPLITS.index(split)])
     for kind in itertools.cycle(kinds):
-        lines = _page_lines(kind, rng, split=split, max_lines=max_lines)
+        lines = _page_lines(kind, rng, split=split)
         image = render_typewriter_page(lines, ink(rng) if ink else None)
         yield ReadingPage(kind, page_text(lines), image)
 
 
-def reading_pages(count: int, *, seed: int, split: str = "train", max_lines: int = 8,
+def reading_pages(count: int, *, seed: int, split: str = "train",
                   kinds: tuple[str, ...] = PAGE_KINDS) -> list[ReadingPage]:
     """The first `count` pages of `iter_reading_pages` with these options (sample-page ink)."""
-    return list(itertools.islice(iter_reading_pages(seed=seed, split=split, max_lines=max_lines, kinds=kinds), count))
+    return list(itertools.islice(iter_reading_pages(seed=seed, split=split, kinds=kinds), count))
+
+
+SAMPLE_SEED = 1  # the seed of the sample pages' held-out stream (`measure_reading` reads seed 0's)
+
+
+def sample_pages() -> list[SamplePage]:
+    """The ten sample pages, in a fixed order: generated typewriter pages of the held-out split (the seven kinds,
+    then prose, numbers and a receipt again), which the shipped tiny pair reads and no training page shows."""
+    pages, seen = [], {}
+    for page in reading_pages(10, seed=SAMPLE_SEED, split="held-out"):
+        seen[page.kind] = seen.get(page.kind, 0) + 1
+        name = page.kind if seen[page.kind] == 1 else f"{page.kind} {seen[page.kind]}"
+        pages.append(SamplePage(name, page.text, page.image))
+    return pages

@@ -5,7 +5,8 @@ token when the page reaches the model at its own size (the tiny target's process
 that fits in `scale_resolution`²). That is what lets a model of a third of a megabyte read: each image token
 holds one glyph, 18 to 24 pixels tall, and the page's tokens come in the order the text is read.
 
-A page is `rows` x (`width` + 1) cells. Row r holds line r padded with spaces to `width` characters; the
+A page is `rows` x (`width` + 1) cells; every sample and generated page has the one shape `PAGE_ROWS` x
+`PAGE_WIDTH` (`fit_page`). Row r holds line r padded with spaces to `width` characters; the
 last column stays blank: it is where a reader writes the line break, or, on the last row, ends its answer.
 So the text of a page, as the tiny reader writes it (`page_text`), is the grid read row by row, every row
 `width` characters long (trailing spaces included), the rows joined by newlines: character k of that text is
@@ -24,11 +25,16 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-__all__ = ["CELL", "MAX_PAGE_CELLS", "GLYPH_ATLAS", "GLYPH_SIZES", "PAGE_GLYPH_SIZE", "GLYPHS", "Ink", "page_text",
-           "render_typewriter_page", "draw_glyph_atlas"]
+__all__ = ["CELL", "PAGE_ROWS", "PAGE_WIDTH", "PAGE_CELLS", "MAX_PAGE_CELLS", "GLYPH_ATLAS", "GLYPH_SIZES",
+           "PAGE_GLYPH_SIZE", "GLYPHS", "Ink", "page_text", "fit_page", "render_typewriter_page", "draw_glyph_atlas"]
 
 CELL = 28  # pixels per cell side: one "4x" image token of 14-pixel patches
-MAX_PAGE_CELLS = 400  # rows x columns of the largest generated page: a reader at scale_resolution 560 sees it unscaled
+# The one shape of every generated and sample page (`fit_page`): rows x characters, then the blank column. With
+# one shape and one prompt, the rotary offset from the position writing character k to image token k is the same
+# on every page, which a draft can learn (`docs/tiny-pair.md`: it is what lets the tiny draft read ahead).
+PAGE_ROWS, PAGE_WIDTH = 6, 26
+PAGE_CELLS = PAGE_ROWS * (PAGE_WIDTH + 1)  # image tokens of a page, and tokens of its answer (EOS included)
+MAX_PAGE_CELLS = 400  # the largest page a reader at scale_resolution 560 sees unscaled
 GLYPH_ATLAS = Path(__file__).with_name("glyphs.png")
 GLYPH_SIZES = (18, 19, 20, 21, 22, 23, 24)  # font sizes in pixels, one atlas row each
 PAGE_GLYPH_SIZE = 22  # the size of sample and held-out pages
@@ -67,6 +73,17 @@ def page_text(lines: list[str]) -> str:
     """The text of a page as the reader writes it: every row padded to the widest line, rows joined by newlines."""
     width = max(map(len, lines))
     return "\n".join(line.ljust(width) for line in lines)
+
+
+def fit_page(lines: list[str]) -> list[str]:
+    """`lines` as a page of the one shape: exactly `PAGE_ROWS` lines of at most `PAGE_WIDTH` characters, each
+    padded to `PAGE_WIDTH`; a ValueError names what does not fit."""
+    if len(lines) != PAGE_ROWS:
+        raise ValueError(f"a page has {PAGE_ROWS} rows; got {len(lines)}")
+    too_wide = [line for line in lines if len(line) > PAGE_WIDTH]
+    if too_wide:
+        raise ValueError(f"a page row holds at most {PAGE_WIDTH} characters; {too_wide[0]!r} has {len(too_wide[0])}")
+    return [line.ljust(PAGE_WIDTH) for line in lines]
 
 
 class Ink:

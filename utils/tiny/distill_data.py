@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from utils.evaluation.pages import CORPUS_PATH, render_page, sample_pages
+from utils.evaluation.pages import CORPUS_PATH, printed_sample_pages, render_page
 from utils.evaluation.reading_pages import iter_reading_pages
 from utils.evaluation.typewriter import Ink
 from utils.reference.speculative import TargetRunner
@@ -47,7 +47,7 @@ def prompt_inputs(processor, image, prompt: str) -> dict:
 
 def training_lines() -> list[str]:
     """The corpus lines training may use: every line that no held-out sample page shows."""
-    held_out = {line for page in sample_pages() for line in page.text.splitlines() if line.strip()}
+    held_out = {line for page in printed_sample_pages() for line in page.text.splitlines() if line.strip()}
     corpus = CORPUS_PATH.read_text(encoding="utf-8").splitlines()
     return [line for line in corpus if line.strip() and line not in held_out]
 
