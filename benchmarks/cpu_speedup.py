@@ -73,7 +73,8 @@ def record_tiny_pair_steps(*, max_new_tokens: int = 64) -> list[RecordedStep]:
 
     The last step of each answer is left out (EOS or the budget may cut it, hiding how many drafts matched).
     """
-    from utils.evaluation.pages import SAMPLE_PROMPTS, sample_pages
+    from utils.evaluation.pages import SAMPLE_PROMPTS
+    from utils.evaluation.reading_pages import sample_pages
     from utils.models import default_ir_pair
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 

@@ -150,7 +150,7 @@ def full_page():
     width, top to bottom."""
     from PIL import Image
 
-    from utils.evaluation.pages import sample_pages
+    from utils.evaluation.reading_pages import sample_pages
 
     page = Image.new("RGB", FULL_PAGE_SIZE, "white")
     lines, top = sample_pages(), 0
@@ -171,7 +171,8 @@ def _page_for_context(pipeline, context: int):
     processor slices a larger page into more tiles), then the instruction lengthened with corpus text."""
     from PIL import Image
 
-    from utils.evaluation.pages import CORPUS_PATH, sample_pages
+    from utils.evaluation.pages import CORPUS_PATH
+    from utils.evaluation.reading_pages import sample_pages
     from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
     page = sample_pages()[0].image

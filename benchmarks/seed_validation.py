@@ -58,7 +58,7 @@ def seed_run(models: Path | None = None, pages_dir: Path | None = None) -> SeedR
 
     reason = hub_unreachable_reason()
     if reason is not None:
-        from utils.evaluation.pages import sample_pages
+        from utils.evaluation.reading_pages import sample_pages
 
         target, drafts = _tiny_pair(models)
         return SeedRun(target, drafts, sample_pages()[:8], None,

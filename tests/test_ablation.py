@@ -11,7 +11,7 @@ from utils.engine.device import F32_PROPERTIES
 from utils.engine.draft import DraftModel, MarkovHead
 from utils.evaluation.ablation import (PER_POSITION_ARGMAX, describe_threshold, describe_walks, differing_pages,
                                        markov_variants, run_ablation, threshold_variants, totals, walk_margins)
-from utils.evaluation.pages import sample_pages
+from utils.evaluation.reading_pages import sample_pages
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
 

@@ -21,13 +21,14 @@ from pathlib import Path
 import pytest
 
 from utils.contract import DRAFT_MODEL
-from utils.evaluation.pages import sample_pages
+from utils.evaluation.character_error_rate import character_error_rate
+from utils.evaluation.reading_pages import sample_pages
 from utils.models import REPO_ROOT, default_ir_pair
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 APP = REPO_ROOT / "app" / "speculative-ocr.ipynb"
 PAGE = "letter"
-MAX_NEW_TOKENS = 64  # the app's default budget
+MAX_NEW_TOKENS = 512  # the app's default budget (the command line's too)
 START_TIMEOUT, RUN_TIMEOUT = 120, 120  # seconds
 
 pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER and shutil.which("voila")),
@@ -157,9 +158,11 @@ def test_app_reads_a_sample_page_exactly_like_the_command_line(server, browser, 
     browser.save_screenshot(str(tmp_path / "app.png"))
 
     image = tmp_path / f"{PAGE}.png"
-    next(page for page in sample_pages() if page.name == PAGE).image.save(image)
+    page = next(page for page in sample_pages() if page.name == PAGE)
+    page.image.save(image)
     expected = _command_line(image)
     assert speculative.get_attribute("textContent") == expected["text"]
+    assert character_error_rate([(expected["text"], page.text)]) <= 0.05  # the shipped pair reads the page
     assert "identical" in browser.find_element(By.CSS_SELECTOR, ".dspark-verdict").text
     step_rows = browser.find_elements(By.CSS_SELECTOR, "table.dspark-steps tr")[1:]  # after the header
     assert len(step_rows) == expected["metrics"]["num_steps"]

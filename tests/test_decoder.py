@@ -12,7 +12,7 @@ from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.device import F32_PROPERTIES
 from utils.engine.draft import DSparkProposer
 from utils.engine.language_model import LanguageModelSession
-from utils.evaluation.pages import sample_pages
+from utils.evaluation.reading_pages import sample_pages
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 from utils.pipeline.vision import TextEmbeddings
 

@@ -14,7 +14,7 @@ from safetensors.numpy import load_file
 
 from utils.checkpoint.draft import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, load_draft_checkpoint
 from utils.engine.verification import StepRecord
-from utils.evaluation.pages import sample_pages
+from utils.evaluation.pages import printed_sample_pages
 from utils.evaluation.reading_pages import iter_reading_pages
 from utils.evaluation.typewriter import Ink
 from utils.files import sha256_file
@@ -23,12 +23,14 @@ from utils.tiny import BUILD_STAMP, DistillConfig, TinyPairConfig, build_tiny_pa
 from utils.tiny.__main__ import main as tiny_cli
 from utils.tiny.acceptance import confidence_auc, measure_acceptance, scored_positions
 from utils.tiny.anchor_forward import forward_anchor_blocks
+from utils.tiny.config import READING_DISTILL
 from utils.tiny.distill import distill_draft, frequent_vocabulary
 from utils.tiny.distill_data import training_pages
 from utils.tiny.draft import build_tiny_draft
 
 ATOL = 1e-5  # float32: the same function, computed in another order
-SMALL = DistillConfig(pages=16, steps=60)  # the test's budget for the draft; the default trains on more, longer
+# The test's budget for a draft of the shipped reading target: the shipped recipe on fewer pages, for fewer steps.
+SMALL = DistillConfig(**READING_DISTILL | {"pages": 16, "steps": 60})
 TINY = DistillConfig(pages=2, steps=3)  # enough to exercise every file the distillation writes
 
 
@@ -36,16 +38,17 @@ TINY = DistillConfig(pages=2, steps=3)  # enough to exercise every file the dist
 def distilled(tmp_path_factory):
     """A random draft distilled here (`SMALL`) on the shipped target: (target folder, draft folder).
 
-    The target is the shipped one, whose answers vary with the page, so that the figures below test the
-    distillation, not how this machine happened to pretrain a target.
+    The target is the shipped reader, whose answers are the page's text, so that the figures below test the
+    distillation, not how this machine happened to train a target.
     """
     from transformers import AutoTokenizer
 
     root = tmp_path_factory.mktemp("distilled")
-    target, draft = root / "target", root / "draft"
+    target, random, draft = root / "target", root / "random", root / "draft"
     shutil.copytree(default_pair().target, target)
-    draft.mkdir()
-    build_tiny_draft(TinyPairConfig(), AutoTokenizer.from_pretrained(target), draft)
+    random.mkdir()
+    build_tiny_draft(default_pair().config, AutoTokenizer.from_pretrained(target), random)
+    shutil.copytree(random, draft)
     distill_draft(target, draft, SMALL)
     return target, draft
 
@@ -68,7 +71,7 @@ def test_batched_anchor_forward_equals_the_reference_forward_block(tiny_pair):
 
 
 def test_training_pages_never_show_a_line_of_the_held_out_pages():
-    held_out = {line for page in sample_pages() for line in page.text.splitlines() if line.strip()}
+    held_out = {line for page in printed_sample_pages() for line in page.text.splitlines() if line.strip()}
     assert held_out
     from utils.tiny import distill_data
 
@@ -104,13 +107,14 @@ def test_scored_positions_stop_at_the_first_rejection():
     assert scored_positions(steps) == ([0.9, 0.4, 0.7, 0.6], [True, False, True, True])
 
 
-def test_distilled_draft_keeps_the_published_layout(distilled, tiny_pair):
+def test_distilled_draft_keeps_the_published_layout(distilled):
     _, draft = distilled
+    random = draft.with_name("random")  # the draft as built, before the distillation
     checkpoint = load_draft_checkpoint(draft)  # validates names, shapes, d2t against local-to-target
-    random_tensors, tensors = load_file(str(tiny_pair.draft / DRAFT_WEIGHTS)), load_file(str(draft / DRAFT_WEIGHTS))
+    random_tensors, tensors = load_file(str(random / DRAFT_WEIGHTS)), load_file(str(draft / DRAFT_WEIGHTS))
     assert {name: t.shape for name, t in tensors.items()} == {name: t.shape for name, t in random_tensors.items()}
     assert tensors["d2t"].dtype == np.int64
-    assert (draft / "config.json").read_text() == (tiny_pair.draft / "config.json").read_text()
+    assert (draft / "config.json").read_text() == (random / "config.json").read_text()
     audit = json.loads((draft / EXPORT_AUDIT).read_text())
     assert audit["weights_sha256"] == sha256_file(draft / DRAFT_WEIGHTS)
     assert audit["local_to_target_sha256"] == sha256_file(draft / LOCAL_TO_TARGET)
@@ -124,14 +128,15 @@ def test_distilled_draft_keeps_the_published_layout(distilled, tiny_pair):
 def test_distilled_draft_lands_in_an_honest_band_on_held_out_pages(distilled):
     """Training is not bit-reproducible across CPUs, so this asserts a band, not bits.
 
-    On the held-out pages (10 x 2 prompts) the random draft reaches 1.00 tokens per step; this small
-    distillation reached 3.49 tokens per step, 104 of 538 scored drafts rejected and AUC 0.72 here (the same
-    under PyTorch's default and AVX2 kernels). The band keeps a margin on both sides: a draft that never
-    misses would mean a target too regular to teach anything, and an AUC of 0.5 a confidence head that guesses.
+    On the sample pages with the prompt the draft learns (the first 48 tokens of each reading), the random draft
+    reaches 1.00 tokens per step; this small distillation (60 steps on 16 pages) reached 1.32 tokens per step,
+    120 drafts accepted and 346 rejected, AUC 0.85 here (150 steps: 1.50; the shipped recipe's 1,500 steps on
+    64 pages: 6.84 over whole pages). The band asks for a draft clearly better than chance, with real rejections
+    and a confidence head that ranks.
     """
-    report = measure_acceptance(*distilled, max_new_tokens=48)
-    assert 2.0 <= report.tokens_per_step <= 7.0, report
-    assert report.accepted_positions > 0 and report.rejected_positions >= 10, report
+    report = measure_acceptance(*distilled, prompts=SMALL.prompts, max_new_tokens=48)
+    assert 1.15 <= report.tokens_per_step <= 7.0, report
+    assert report.accepted_positions >= 50 and report.rejected_positions >= 10, report
     assert report.confidence_auc > 0.6, report
 
 

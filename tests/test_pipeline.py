@@ -10,7 +10,7 @@ import pytest
 
 from oracle import ORACLE_CASES, NoisyAnswer
 from utils.evaluation.pages import SAMPLE_PROMPTS as PROMPTS
-from utils.evaluation.pages import sample_pages
+from utils.evaluation.reading_pages import sample_pages
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
 PAGES = sample_pages()

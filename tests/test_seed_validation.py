@@ -6,7 +6,7 @@ import pytest
 
 import benchmarks.seed_validation as seed_validation
 from utils.evaluation.omnidocbench import SEED_PAGE, pages_per_category
-from utils.evaluation.pages import sample_pages
+from utils.evaluation.reading_pages import sample_pages
 from utils.evaluation.seed_figures import SEED_ROWS, seed_comparison
 
 

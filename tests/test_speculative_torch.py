@@ -10,7 +10,7 @@ import torch
 from oracle import ORACLE_CASES, NoisyAnswer
 from utils.checkpoint.draft import TargetSpec
 from utils.evaluation.pages import SAMPLE_PROMPTS as PROMPTS
-from utils.evaluation.pages import sample_pages
+from utils.evaluation.reading_pages import sample_pages
 from utils.reference.modeling import load_reference_draft
 from utils.reference.speculative import DSparkDrafter, TargetRunner, speculative_generate
 

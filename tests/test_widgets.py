@@ -7,7 +7,7 @@ import datetime
 import pytest
 
 from utils.evaluation.character_error_rate import character_error_rate
-from utils.evaluation.pages import sample_pages
+from utils.evaluation.reading_pages import sample_pages
 from utils.notebook.widgets import ocr_app, precision_widget
 
 

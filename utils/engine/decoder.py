@@ -27,9 +27,9 @@ __all__ = ["DEFAULT_CONFIDENCE_THRESHOLD", "Decoded", "SpeculativeDecoder"]
 
 # Verify only the drafts the confidence head gives at least this; 0 verifies all. Chosen from measurements
 # (docs/performance.md): on runs replayed from the distilled pair it verifies 8 of 15 drafts, +18% tokens/s at 1k
-# context and +9% at 3k on this CPU, and on the tiny pair's own loop it cuts nothing it would accept (4.18
-# tokens per step, as at 0). 0.8 verifies fewer (+32% / +19% replayed) but costs that loop 10% of its tokens
-# per step (3.78).
+# context and +9% at 3k on this CPU, and on the earlier (corpus-writing) tiny pair's own loop it cut nothing it
+# would accept (4.18 tokens per step, as at 0). 0.8 verifies fewer (+32% / +19% replayed) but cost that loop 10%
+# of its tokens per step (3.78).
 DEFAULT_CONFIDENCE_THRESHOLD = 0.5
 
 StepCallback = Callable[[StepRecord, list[int]], object]  # (the step, every token so far)

@@ -56,7 +56,7 @@ def _log_traceback(error: BaseException) -> None:
 
 
 def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: str = DEFAULT_PROMPT,
-            max_new_tokens: int = 64):
+            max_new_tokens: int = 512):
     """The interactive OCR panel of notebook 05 and of the Voila app (`app/speculative-ocr.ipynb`).
 
     Pick a sample page or upload an image or a PDF (previewed; a button clears it), set the prompt, precision,
@@ -71,8 +71,9 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
     Args:
         target: the target IR folder.
         draft: the draft IR folder.
-        pages: `utils.evaluation.pages.sample_pages()`.
+        pages: `utils.evaluation.reading_pages.sample_pages()`.
         device: the OpenVINO device; None adds a device dropdown to the panel.
+        max_new_tokens: the token budget the panel starts with (the CLI's default: a whole page).
     """
     import io
 

@@ -1,9 +1,11 @@
 """Command line: `python -m utils.tiny --out DIR [--seed N] [--draft-vocab-size N] ... [--pretrain | --read]
 [--distill] [--manifest]`.
 
-The shipped default pair (`utils/tiny/default`) is `--pretrain --distill --manifest` with the defaults. `--read`
-trains a target that reads typewriter pages, with the sizes of `READING_PAIR` unless an option names another, and
-`--read --distill` distils its draft as `READING_DISTILL` says.
+The shipped default pair (`utils/tiny/default`) is `--read --distill --manifest` with the defaults
+(`utils.tiny.manifest.REBUILD_COMMAND`): `--read` trains a target that reads typewriter pages, with the sizes of
+`READING_PAIR` unless an option names another, and `--read --distill` distils its draft as `READING_DISTILL` says.
+`--pretrain` is the earlier recipe, a target that writes corpus text whatever the page (small and fast: the
+tests build such pairs).
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     training.add_argument("--pretrain", action="store_true",
                           help="train the target to write corpus text first (learnable answers, about a minute on CPU)")
     training.add_argument("--read", action="store_true",
-                          help="train the target to read typewriter pages, with the sizes of READING_PAIR (about an "
-                               "hour on one CPU thread with the defaults; prints its CER and learning curve)")
+                          help="train the target to read typewriter pages, with the sizes of READING_PAIR (about "
+                               "40 minutes on one CPU thread with the defaults; prints its CER and learning curve)")
     parser.add_argument("--pretrain-steps", metavar="N", type=count, default=PretrainConfig().steps,
                         help="training steps of --pretrain")
     parser.add_argument("--read-steps", metavar="N", type=count, default=ReaderConfig().steps,

@@ -11,7 +11,8 @@ same command gives a pair of the same quality, not the same bits.
 - `built_with`: the versions that trained it (for information: another version trains other bits);
 - `files`: the SHA-256 of every file below `target/` and `draft/`;
 - `training`: what the build measured while it trained (the reader's learning curve, CER and time), if given;
-- `held_out`: the figures of `measure_acceptance` (PyTorch reference) on the sample pages, per Markov computation;
+- `held_out`: the figures of `measure_acceptance` (PyTorch reference) on the sample pages, per Markov computation,
+  with the prompts the draft was distilled for;
 - `reading`, for a pair whose target was trained to read: the figures of `measure_reading` (OpenVINO, as the CLI
   runs it) on held-out generated pages.
 """
@@ -21,17 +22,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from utils.evaluation.typewriter import PAGE_CELLS
 from utils.files import sha256_file
 from utils.tiny.config import BUILD_STAMP
 
-__all__ = ["MANIFEST", "HELD_OUT_MAX_NEW_TOKENS", "HELD_OUT_WALKS", "REBUILD_COMMAND", "pair_files",
-           "write_manifest", "read_manifest", "verify_pair_files"]
+__all__ = ["MANIFEST", "held_out_max_new_tokens", "HELD_OUT_WALKS", "REBUILD_COMMAND", "pair_files",
+           "held_out_figures", "write_manifest", "read_manifest", "verify_pair_files"]
 
 MANIFEST = "manifest.json"
-HELD_OUT_MAX_NEW_TOKENS = 64  # answer budget per held-out (page, prompt) case
-REBUILD_COMMAND = "python -m utils.tiny --out DIR --pretrain --distill --manifest"
+REBUILD_COMMAND = "python -m utils.tiny --out DIR --read --distill --manifest"  # the shipped recipe
 _PARTS = ("target", "draft")
 HELD_OUT_WALKS = {"top_k_scorer": 64, "dense_walk": 0}  # the manifest's name -> markov_head_top_k
+
+
+def held_out_max_new_tokens(stamp: dict) -> int:
+    """The answer budget per held-out (page, prompt) case: a whole page for a reader (its text and EOS), else 64."""
+    return PAGE_CELLS if "read" in stamp else 64
 
 
 def pair_files(root: Path | str) -> list[str]:
@@ -47,6 +53,23 @@ def _versions() -> dict:
     return {name: version(name) for name in ("torch", "transformers", "tokenizers")}
 
 
+def held_out_figures(root: Path, stamp: dict) -> dict:
+    """`measure_acceptance` (PyTorch reference) on the sample pages, per Markov computation, asked with the
+    prompts the draft was distilled for (a reading pair's draft learns the default prompt's offset only)."""
+    from tqdm.auto import tqdm
+
+    from utils.evaluation.pages import SAMPLE_PROMPTS
+    from utils.tiny.acceptance import measure_acceptance
+
+    budget, prompts = held_out_max_new_tokens(stamp), stamp.get("distill", {}).get("prompts", list(SAMPLE_PROMPTS))
+    figures = {"num_assistant_tokens": stamp["block_size"], "max_new_tokens": budget, "prompts": prompts}
+    for name, top_k in tqdm(HELD_OUT_WALKS.items(), desc="measuring on held-out pages"):
+        report = measure_acceptance(root / "target", root / "draft", prompts=prompts, markov_head_top_k=top_k,
+                                    max_new_tokens=budget)
+        figures[name] = report.as_dict()
+    return figures
+
+
 def write_manifest(root: Path | str, *, training: dict | None = None) -> dict:
     """Measures a built pair on held-out pages and writes `root/manifest.json`.
 
@@ -57,22 +80,14 @@ def write_manifest(root: Path | str, *, training: dict | None = None) -> dict:
     Returns:
         The manifest.
     """
-    from tqdm.auto import tqdm
-
-    from utils.tiny.acceptance import measure_acceptance
     from utils.tiny.reading_report import measure_reading
 
     root = Path(root)
     stamp = json.loads((root / BUILD_STAMP).read_text())
-    held_out = {"num_assistant_tokens": stamp["block_size"], "max_new_tokens": HELD_OUT_MAX_NEW_TOKENS}
-    for name, top_k in tqdm(HELD_OUT_WALKS.items(), desc="measuring on held-out pages"):
-        report = measure_acceptance(root / "target", root / "draft", markov_head_top_k=top_k,
-                                    max_new_tokens=HELD_OUT_MAX_NEW_TOKENS)
-        held_out[name] = report.as_dict()
     manifest = {"build": stamp, "command": REBUILD_COMMAND, "built_with": _versions(),
                 "files": {name: sha256_file(root / name) for name in pair_files(root)}}
     manifest |= {"training": training} if training else {}
-    manifest |= {"held_out": held_out}
+    manifest |= {"held_out": held_out_figures(root, stamp)}
     manifest |= {"reading": measure_reading(root)} if "read" in stamp else {}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest

@@ -10,15 +10,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from utils.files import atomic_directory
-from utils.tiny.config import BUILD_STAMP, DistillConfig, PretrainConfig, ReaderConfig, TinyPairConfig
+from utils.tiny.config import (BUILD_STAMP, READING_DISTILL, READING_PAIR, DistillConfig, PretrainConfig, ReaderConfig,
+                               TinyPairConfig)
 
 if TYPE_CHECKING:  # the reader imports torch; the builder imports it only when it trains
     from utils.tiny.reader import ReaderReport
 
 __all__ = ["TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig", "TinyPair", "build_tiny_pair",
-           "build_stamp", "default_pair", "BUILD_STAMP", "SHIPPED_PAIR_DIR"]
+           "build_stamp", "shipped_recipe", "default_pair", "BUILD_STAMP", "SHIPPED_PAIR_DIR"]
 
 SHIPPED_PAIR_DIR = Path(__file__).resolve().parent / "default"  # the default pair, shipped in the repository
+
+
+def shipped_recipe() -> dict:
+    """The options the shipped pair is built with (`utils.tiny.manifest.REBUILD_COMMAND`): the reading sizes, the
+    reader's training and the reading distillation, as keyword arguments of `build_tiny_pair` and `build_stamp`."""
+    return {"config": TinyPairConfig(**READING_PAIR), "read": ReaderConfig(),
+            "distill": DistillConfig(**READING_DISTILL)}
 
 
 def build_stamp(config: TinyPairConfig, *, pretrain: PretrainConfig | None = None, read: ReaderConfig | None = None,

@@ -26,19 +26,18 @@ from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.evaluation.acceptance import confidence_auc, scored_positions
 from utils.evaluation.character_error_rate import character_error_rate
 from utils.evaluation.reading_pages import ReadingPage, reading_pages
-from utils.evaluation.typewriter import MAX_PAGE_CELLS
 
 __all__ = ["READING_PAGES", "WALKS", "measure_reading", "reading_report_summary", "unseen_font_page"]
 
 READING_PAGES = 40  # held-out generated pages read per setting
 WALKS = {"top_k_scorer": None, "dense_walk": 0, "argmax": 1}  # name -> markov_head_top_k
-_MAX_NEW_TOKENS = MAX_PAGE_CELLS + 1  # the longest page's text and EOS
 
 
-def unseen_font_page(rows: int = 6, *, seed: int = 0, size: int = 24) -> ReadingPage:
-    """Held-out rows drawn in PIL's default font (proportional, not on the typewriter grid): a font never trained on."""
-    lines = [line.rstrip() for page in reading_pages(rows, seed=seed, split="held-out", kinds=("prose",), max_lines=1)
-             for line in page.text.splitlines()]
+def unseen_font_page(*, seed: int = 0, size: int = 24) -> ReadingPage:
+    """The rows of a held-out prose page drawn in PIL's default font (proportional, not on the typewriter grid): a
+    font never trained on."""
+    page = reading_pages(1, seed=seed, split="held-out", kinds=("prose",))[0]
+    lines = [line.rstrip() for line in page.text.splitlines()]
     font = ImageFont.load_default(size=size)
     width = int(max(font.getlength(line) for line in lines)) + 2 * size
     image = Image.new("RGB", (width, int(len(lines) * size * 1.4) + size), "white")
@@ -49,10 +48,10 @@ def unseen_font_page(rows: int = 6, *, seed: int = 0, size: int = 24) -> Reading
 
 
 def _read(pipeline, pages: Sequence[ReadingPage], **options) -> dict:
-    """Reads every page; the texts, the CER, the steps' figures."""
+    """Reads every page with the pipeline's (and the CLI's) token budget; the texts, the CER, the steps' figures."""
     from utils.engine.verification import mean_tokens_per_step
 
-    results = [pipeline.generate(page.image, max_new_tokens=_MAX_NEW_TOKENS, **options) for page in pages]
+    results = [pipeline.generate(page.image, **options) for page in pages]
     texts = [result.texts[0] for result in results]
     figures = {"cer": round(character_error_rate(zip(texts, (page.text for page in pages), strict=True)), 4),
                "distinct_answers": len(set(texts)), "texts": texts}
