@@ -146,14 +146,14 @@ def _prompt_length(pipeline, image, prompt: str) -> int:
 
 
 def full_page():
-    """An A4 page at 150 dpi (`FULL_PAGE_SIZE`) covered with the sample pages' lines, each scaled to the page's
-    width, top to bottom."""
+    """An A4 page at 150 dpi (`FULL_PAGE_SIZE`) covered with the printed sample pages' lines, each scaled to the
+    page's width, top to bottom."""
     from PIL import Image
 
-    from utils.evaluation.reading_pages import sample_pages
+    from utils.evaluation.pages import printed_sample_pages
 
     page = Image.new("RGB", FULL_PAGE_SIZE, "white")
-    lines, top = sample_pages(), 0
+    lines, top = printed_sample_pages(), 0
     while top < page.height:
         for line in lines:
             width = page.width - 40
@@ -167,15 +167,14 @@ def full_page():
 
 
 def _page_for_context(pipeline, context: int):
-    """(image, prompt) of about `context` tokens: the first sample page, enlarged while its prompt fits (the image
-    processor slices a larger page into more tiles), then the instruction lengthened with corpus text."""
+    """(image, prompt) of about `context` tokens: the first printed sample page, enlarged while its prompt fits (the
+    image processor slices a larger page into more tiles), then the instruction lengthened with corpus text."""
     from PIL import Image
 
-    from utils.evaluation.pages import CORPUS_PATH
-    from utils.evaluation.reading_pages import sample_pages
+    from utils.evaluation.pages import CORPUS_PATH, printed_sample_pages
     from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
-    page = sample_pages()[0].image
+    page = printed_sample_pages()[0].image
     image = page
     for factor in range(2, PAGE_UPSCALE_LIMIT + 1):
         larger = page.resize((page.width * factor, page.height * factor), Image.Resampling.BICUBIC)

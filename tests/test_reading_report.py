@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.evaluation.pages import CORPUS_PATH
+from utils.evaluation.typewriter import PAGE_ROWS
 from utils.tiny.reading_report import WALKS, measure_reading, reading_report_summary, unseen_font_page
 
 
 def test_the_unseen_font_page_shows_held_out_rows_in_another_font():
-    page = unseen_font_page(rows=3)
-    assert len(page.text.splitlines()) == 3 and page.image.width > 100
+    page = unseen_font_page()
+    assert len(page.text.splitlines()) == PAGE_ROWS and page.image.width > 100
     corpus = CORPUS_PATH.read_text(encoding="utf-8")
     assert all(line not in corpus for line in page.text.splitlines())  # generated rows, not corpus lines
 
