@@ -65,10 +65,10 @@ from torch import nn
 
 from utils.checkpoint.config import check_layer_ids
 from utils.contract import (ATTENTION_MASK, DEFAULT_PREFILL_CHUNK, HIDDEN_STATES, HIDDEN_STATES_RT_INFO_KEY,
-                            INPUTS_EMBEDS, LANGUAGE_MODEL_NAME, LOGITS, NUM_LOGITS, POSITION_IDS, WEIGHT_FORMATS, LanguageModelConfig,
-                            past_conv_state, past_key, past_recurrent_state, past_value, present_conv_window,
-                            present_key, present_recurrent_state, present_value, rollback_delta, rollback_key,
-                            rollback_log_decay)
+                            INPUTS_EMBEDS, LANGUAGE_MODEL_NAME, LOGITS, NUM_LOGITS, POSITION_IDS, WEIGHT_FORMATS,
+                            LanguageModelConfig, past_conv_state, past_key, past_recurrent_state, past_value,
+                            present_conv_window, present_key, present_recurrent_state, present_value, rollback_delta,
+                            rollback_key, rollback_log_decay)
 from utils.export.compression import save_ir
 from utils.export.gated_delta import DEFAULT_CHUNK_SIZE, chunk_gated_delta_rule
 

@@ -1,10 +1,10 @@
 """How well a draft predicts its target on pages it never saw: tokens per step and confidence AUC.
 
 Runs the PyTorch reference `speculative_generate` on the held-out sample pages
-(`utils.evaluation.reading_pages.sample_pages()`) and reads the step records. The confidence head predicts, per position, whether the draft token is accepted given
-that the earlier ones were (DeepSpec's per-position acceptance), so its AUC compares the accepted positions
-with the first rejected position of each step; positions after a rejection were drafted from a wrong
-prefix and are not scored.
+(`utils.evaluation.reading_pages.sample_pages()`) and reads the step records. The confidence head predicts, per
+position, whether the draft token is accepted given that the earlier ones were (DeepSpec's per-position acceptance),
+so its AUC compares the accepted positions with the first rejected position of each step; positions after a
+rejection were drafted from a wrong prefix and are not scored.
 """
 
 from __future__ import annotations

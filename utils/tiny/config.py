@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from utils.checkpoint.config import check_layer_ids
 from utils.evaluation.pages import SAMPLE_PROMPTS
+from utils.evaluation.typewriter import PAGE_CELLS
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
-from utils.evaluation.typewriter import MAX_PAGE_CELLS, PAGE_CELLS
 from utils.tiny.tokenizer import BYTE_VOCABULARY
 
 __all__ = ["BUILD_STAMP", "READING_PAIR", "READING_DISTILL", "TinyPairConfig", "PretrainConfig", "ReaderConfig",
