@@ -17,8 +17,8 @@ target-only step's margin there over the logits' spread).
    each position), 15 drafts per step (fixed, threshold 0) against thresholds that verify only the confident prefix.
    The language-model IR takes any length, so a shorter verification costs less.
 3. A roofline line per context and target precision: the bytes a decode step reads (`benchmarks.roofline`:
-   weights, K/V cache, linear-attention states) over this machine's memory bandwidth, measured in numpy before
-   and after the run (the faster counts), against the measured target-only step.
+   weights, K/V cache, linear-attention states) over this machine's read bandwidth, measured in numpy before
+   and after the run (the faster of the two counts), against the measured target-only step.
 
     python -m benchmarks.cpu_speedup [--contexts 1024 3072] [--precisions f32 default]
                                      [--thresholds 0 0.3 0.5 0.7 0.9] [--json FILE]

@@ -20,8 +20,9 @@ from utils.cli import CommandParser
 from utils.models import REPO_ROOT
 
 COMMANDS = ["utils.ocr", "utils.bench", "utils.export.__main__", "utils.tiny.__main__",
-            "benchmarks.cpu_speedup", "benchmarks.engine_efficiency", "benchmarks.language_model_latency",
-            "benchmarks.margins", "benchmarks.reader_study", "benchmarks.real_size_dry_run", "benchmarks.seed_validation"]
+            "benchmarks.cpu_speedup", "benchmarks.engine_efficiency", "benchmarks.fc_kernels",
+            "benchmarks.language_model_latency", "benchmarks.margins", "benchmarks.reader_study",
+            "benchmarks.real_size_dry_run", "benchmarks.seed_validation"]
 METAVARS = {"N", "X", "P", "DIR", "FILE", "RANGE", "TEXT", "JSON", "DEVICE"}
 
 
@@ -125,6 +126,7 @@ def test_ocr_pages_of_an_image_is_a_mistake(empty_models, page, capsys):
     ("benchmarks.engine_efficiency", ["--taus", "0.5"], "argument --taus: 0.5 is out of range"),
     ("benchmarks.margins", ["--input-scales", "0.5"], "argument --input-scales: 0.5 is out of range"),
     ("benchmarks.language_model_latency", ["--repeats", "0"], "argument --repeats: 0 is out of range"),
+    ("benchmarks.fc_kernels", ["--repeats", "0"], "argument --repeats: 0 is out of range"),
     ("benchmarks.reader_study", ["--steps", "zero"], "argument --steps: 'zero' is not an integer"),
     ("benchmarks.real_size_dry_run", ["--new-tokens", "1"], "it must be at least 2"),
     ("benchmarks.seed_validation", ["--max-new-tokens", "0"], "argument --max-new-tokens: 0 is out of range"),
