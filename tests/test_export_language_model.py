@@ -290,6 +290,31 @@ def test_export_writes_one_ir_of_dynamic_length_and_its_description(exported, hi
     assert session.call_clock.seconds > session.clock.seconds
 
 
+def test_past_keys_reach_the_attention_scores_as_rows(exported):
+    """A key is a row of head_dim floats; transposing the cache to [head_dim, P] moved single floats and cost a
+    decode step at 3k context a fifth of its time (`docs/performance.md`). The scores' MatMul takes the keys
+    transposed instead, and every Transpose on the way keeps the last axis last."""
+    import openvino as ov
+
+    model = ov.Core().read_model(exported / LANGUAGE_MODEL_NAME)
+    past_keys = [port for port in model.inputs if port.get_any_name().startswith("past_key")]
+    assert past_keys
+    for port in past_keys:
+        frontier, score_matmuls = [port.get_node()], []
+        while frontier:
+            node = frontier.pop()
+            for consumer in (target.get_node() for output in node.outputs() for target in output.get_target_inputs()):
+                kind = consumer.get_type_name()
+                if kind == "Transpose":
+                    order = consumer.input(1).get_source_output().get_node().get_data()
+                    assert order[-1] == len(order) - 1, (port.get_any_name(), order)
+                if kind == "MatMul":
+                    score_matmuls.append(consumer)
+                elif kind not in ("ShapeOf", "Gather"):
+                    frontier.append(consumer)
+        assert [matmul.get_attributes()["transpose_b"] for matmul in score_matmuls] == [True], port.get_any_name()
+
+
 class _CountingCore:
     """An `ov.Core` that counts the models compiled through it."""
 

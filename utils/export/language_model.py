@@ -111,7 +111,7 @@ def _apply_partial_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor)
 class _GatedAttentionWithCache(nn.Module):
     """Qwen3.5 gated full attention on HF weights, with past K/V in and the block's K/V out.
 
-    Grouped-query attention by broadcasting ([1, Hkv, groups, S, D] @ [1, Hkv, 1, D, P+S]), not repeat_kv.
+    Grouped-query attention by broadcasting ([1, Hkv, groups, S, D] @ [1, Hkv, 1, P+S, D]^T), not repeat_kv.
     """
 
     def __init__(self, attention: nn.Module, config):
@@ -129,10 +129,12 @@ class _GatedAttentionWithCache(nn.Module):
         key = _apply_partial_rotary(key, cos, sin)
         value = attention.v_proj(hidden).unflatten(-1, (self.num_kv_heads, head_dim))
 
-        keys = torch.cat((past_key, key), dim=1).permute(0, 2, 3, 1).unsqueeze(2)  # [1, Hkv, 1, D, P+S]
-        values = torch.cat((past_value, value), dim=1).permute(0, 2, 1, 3).unsqueeze(2)  # [1, Hkv, 1, P+S, D]
+        keys = torch.cat((past_key, key), dim=1).transpose(1, 2).unsqueeze(2)  # [1, Hkv, 1, P+S, D]
+        values = torch.cat((past_value, value), dim=1).transpose(1, 2).unsqueeze(2)  # [1, Hkv, 1, P+S, D]
         grouped = query.unflatten(2, (self.num_kv_heads, self.groups)).permute(0, 2, 3, 1, 4)
-        scores = (grouped @ keys) * attention.scaling + mask_bias  # [1, Hkv, groups, S, P+S]
+        # keys stay rows [P+S, D] and the matmul takes them transposed: a [D, P+S] copy moves single floats, and
+        # cost a single-token call at 3k context 19% of its time (docs/performance.md)
+        scores = (grouped @ keys.transpose(-1, -2)) * attention.scaling + mask_bias  # [1, Hkv, groups, S, P+S]
         context = torch.softmax(scores, dim=-1) @ values  # [1, Hkv, groups, S, D]
         context = context.permute(0, 3, 1, 2, 4).flatten(2)
         output = attention.o_proj(context * torch.sigmoid(gate.flatten(2)))
