@@ -294,3 +294,54 @@ def test_target_export_refuses_an_existing_folder_before_converting(tiny_pair, t
     for weight_format in ("fp32", "int8"):
         with pytest.raises(FileExistsError, match="already exists"):
             export_target(tiny_pair.target, tmp_path / "out", draft=tiny_pair.draft, weight_format=weight_format)
+
+
+def _typewriter_reader(tiny_ir, tmp_path):
+    """The tiny IR target marked as a typewriter reader, as `utils.tiny.reader.mark_typewriter_reader` marks one."""
+    import shutil
+
+    from utils.contract.target import TYPEWRITER_PAGE
+    from utils.evaluation.typewriter import CELL, PAGE_ROWS, PAGE_WIDTH
+
+    folder = shutil.copytree(tiny_ir[0], tmp_path / "target")
+    config = json.loads((folder / "config.json").read_text())
+    config[TYPEWRITER_PAGE] = {"rows": PAGE_ROWS, "columns": PAGE_WIDTH, "cell": CELL}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_typewriter_reader_stops_at_its_page_and_names_an_image_of_another_shape(pipelines, tiny_ir, tmp_path,
+                                                                                    capsys):
+    """Its answer is one token per image token, so a reading stops TYPEWRITER_SLACK tokens past the page's image
+    tokens; an image of another size gets one line saying what the tiny pair reads and how to read the rest (in the
+    result and on the command line). A target without the field keeps the budget and says nothing."""
+    from utils.ocr import main
+    from utils.pipeline.speculative_ocr import TYPEWRITER_SLACK
+
+    baseline, _ = pipelines
+    reader = SpeculativeOcrPipeline(_typewriter_reader(tiny_ir, tmp_path), device="CPU", precision="f32")
+    page, other = PAGES[0].image, PAGES[0].image.crop((0, 0, 17 * 28, 3 * 28))
+    for image, notice in ((page, False), (other, True)):
+        cells = reader.preprocess(image).num_image_tokens
+        unlimited, read = baseline.generate(image, max_new_tokens=400), reader.generate(image, max_new_tokens=400)
+        assert read.tokens == unlimited.tokens[:cells + TYPEWRITER_SLACK]
+        assert unlimited.notice == "" and bool(read.notice) is notice
+    assert len(unlimited.tokens) > cells + TYPEWRITER_SLACK  # the image of another shape: the cut is what stopped it
+    assert "the tiny pair reads only typewriter pages of 6 rows x 26 characters" in read.notice
+    assert "docs/real-checkpoints.md" in read.notice and "\n" not in read.notice
+    other.save(tmp_path / "other.png")
+    assert main([str(tmp_path / "other.png"), "--target", str(tmp_path / "target"), "--max-new-tokens", "8"]) == 0
+    assert read.notice in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("field", [{"rows": 6}, {"rows": "six", "columns": 26, "cell": 28}, [6, 26, 28],
+                                   {"rows": 0, "columns": 26, "cell": 28}])
+def test_a_malformed_typewriter_page_field_is_refused_with_its_name(tiny_ir, tmp_path, field):
+    from utils.contract.target import TYPEWRITER_PAGE, ExportedTarget
+
+    folder = _typewriter_reader(tiny_ir, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config[TYPEWRITER_PAGE] = field
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=rf"config\.json: {TYPEWRITER_PAGE} must hold"):
+        ExportedTarget.read(folder)

@@ -8,7 +8,7 @@ from PIL import Image
 
 from utils.evaluation.reading_pages import reading_pages, sample_pages
 from utils.evaluation.typewriter import (CELL, GLYPH_ATLAS, GLYPH_SIZES, GLYPHS, MAX_PAGE_CELLS, PAGE_CELLS, PAGE_ROWS,
-                                         PAGE_WIDTH, Ink, draw_glyph_atlas, fit_page, page_text,
+                                         PAGE_WIDTH, Ink, draw_glyph_atlas, fit_page, page_text, typed_lines,
                                          render_typewriter_page)
 from utils.pipeline.preprocessing import ImagePreprocessor
 
@@ -31,10 +31,32 @@ def test_fit_page_gives_the_one_shape_or_names_what_does_not_fit():
     assert [line.rstrip() for line in fitted] == [line.rstrip() for line in lines]
     assert {len(line) for line in fitted} == {PAGE_WIDTH} and len(fitted) == PAGE_ROWS
     assert render_typewriter_page(fitted).size == ((PAGE_WIDTH + 1) * CELL, PAGE_ROWS * CELL)
-    with pytest.raises(ValueError, match=f"a page has {PAGE_ROWS} rows; got 5"):
-        fit_page(lines[:5])
+    assert fit_page(lines[:2]) == fitted[:2] + [" " * PAGE_WIDTH] * (PAGE_ROWS - 2)  # missing rows come blank
+    with pytest.raises(ValueError, match=f"a page has at most {PAGE_ROWS} rows; got 7"):
+        fit_page([*lines, "w"])
     with pytest.raises(ValueError, match=f"at most {PAGE_WIDTH} characters"):
         fit_page(["x" * (PAGE_WIDTH + 1), *lines[1:]])
+
+
+@pytest.mark.parametrize(("typed", "rows"), [
+    ("def add(a, b):\n\treturn a + b", ["def add(a, b):", "    return a + b"]),
+    ("The quick brown fox jumps over the lazy dog, again.", ["The quick brown fox jumps", "over the lazy dog, again."]),
+    ("x" * 30, ["x" * PAGE_WIDTH, "xxxx"]),
+    ("\n\n  indented", ["", "", "  indented"]),
+])
+def test_typed_text_is_wrapped_onto_the_one_page(typed, rows):
+    lines = typed_lines(typed)
+    assert len(lines) == PAGE_ROWS and {len(line) for line in lines} == {PAGE_WIDTH}
+    assert [line.rstrip() for line in lines] == rows + [""] * (PAGE_ROWS - len(rows))
+
+
+@pytest.mark.parametrize(("typed", "message"), [
+    ("", "page is empty"), (" \n ", "page is empty"), ("café", "printable ASCII only; remove 'é'"),
+    ("a\n" * 7, f"holds {PAGE_ROWS} rows of {PAGE_WIDTH} characters; this text needs 7 rows"),
+])
+def test_typed_text_that_does_not_fit_is_refused(typed, message):
+    with pytest.raises(ValueError, match=message):
+        typed_lines(typed)
 
 
 def test_a_page_has_one_cell_per_character_and_a_blank_end_column():

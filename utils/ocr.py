@@ -110,7 +110,7 @@ def _as_dict(result, pipeline, args, draft) -> dict:
     return {"text": result.texts[0], "tokens": result.tokens, "device": pipeline.device,
             "precision": args.precision, "inference_precision": pipeline.inference_precision,
             "draft_precision": args.draft_precision, "draft_inference_precision": pipeline.draft_inference_precision,
-            "draft": draft, "metrics": result.metrics.as_dict()}
+            "draft": draft, "notice": result.notice, "metrics": result.metrics.as_dict()}
 
 
 def _summary(metrics, pipeline, args) -> str:
@@ -128,10 +128,15 @@ def _read(pipeline, args, numbers, render) -> list:
                     markov_head_top_k=args.markov_head_top_k, confidence_threshold=args.confidence_threshold)
     if numbers == [None]:
         streamer = None if args.json else (lambda text: print(text, end="", flush=True))
-        return [pipeline.generate(render(None), args.prompt, streamer=streamer, **settings)]
+        results = [pipeline.generate(render(None), args.prompt, streamer=streamer, **settings)]
+        if results[0].notice:
+            print(("\n" if streamer else "") + results[0].notice, file=sys.stderr)
+        return results
     results = []
     for number in tqdm(numbers, desc=str(args.file), unit="page", file=sys.stderr):
         results.append(pipeline.generate(render(number), args.prompt, **settings))
+        if results[-1].notice:
+            tqdm.write(f"page {number}: {results[-1].notice}", file=sys.stderr)
         if not args.json:
             tqdm.write(f"--- page {number} ---\n{results[-1].texts[0]}", file=sys.stdout)
     return results

@@ -17,12 +17,14 @@ from pathlib import Path
 from utils.contract import LanguageModelConfig
 from utils.contract.processor import TargetProcessor, read_json, read_target_processor
 
-__all__ = ["STOP_TOKENS", "TARGET_CONFIG", "GENERATION_CONFIG", "ExportedTarget", "read_stop_token_ids"]
+__all__ = ["STOP_TOKENS", "TARGET_CONFIG", "GENERATION_CONFIG", "TYPEWRITER_PAGE", "TypewriterPage", "ExportedTarget",
+           "read_stop_token_ids", "read_typewriter_page"]
 
 STOP_TOKENS = ("<|im_end|>",)  # the end of a chat turn stops an answer whatever eos_token_id says
 TARGET_CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
 _TOKENIZER_JSON = "tokenizer.json"
+TYPEWRITER_PAGE = "typewriter_page"  # the config.json field of a target that reads only typewriter pages (the tiny)
 
 
 def _eos_ids(config: dict) -> list[int]:
@@ -54,6 +56,50 @@ def read_stop_token_ids(folder: Path | str, config: dict | None = None) -> tuple
 
 
 @dataclass(frozen=True)
+class TypewriterPage:
+    """The one page a typewriter reader reads (the tiny target: `utils.evaluation.typewriter`): `rows` rows of
+    `columns` characters and a blank column, one `cell`-pixel square per character and per image token, and one
+    answer token per image token. Read from config.json's `TYPEWRITER_PAGE` field; the real model has none."""
+
+    rows: int
+    columns: int
+    cell: int
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) in pixels of such a page."""
+        return (self.columns + 1) * self.cell, self.rows * self.cell
+
+    def notice(self, size: tuple[int, int]) -> str:
+        """One line for an image of another `size`: what the tiny pair reads and how to read other images."""
+        return (f"note: this image is {size[0]} x {size[1]} pixels; the tiny pair reads only typewriter pages of "
+                f"{self.rows} rows x {self.columns} characters in its own font ({self.size[0]} x {self.size[1]} "
+                f"pixels: utils.evaluation.typewriter.typed_page draws one), so expect no real reading; for other "
+                f"documents export and run the real pair (docs/real-checkpoints.md)")
+
+    @classmethod
+    def from_config(cls, config: dict, source: Path) -> TypewriterPage | None:
+        """The field of a config.json, None when it has none; a ValueError names a malformed one."""
+        field = config.get(TYPEWRITER_PAGE)
+        if field is None:
+            return None
+        try:
+            page = cls(**{name: int(field[name]) for name in ("rows", "columns", "cell")})
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"{source}: {TYPEWRITER_PAGE} must hold whole numbers rows, columns and cell; "
+                             f"got {field!r}") from error
+        if min(page.rows, page.columns, page.cell) < 1:
+            raise ValueError(f"{source}: {TYPEWRITER_PAGE} must hold positive numbers; got {field!r}")
+        return page
+
+
+def read_typewriter_page(folder: Path | str) -> TypewriterPage | None:
+    """The one page the target in `folder` reads (its config.json's `TYPEWRITER_PAGE`), None for any image."""
+    path = Path(folder) / TARGET_CONFIG
+    return TypewriterPage.from_config(read_json(path), path)
+
+
+@dataclass(frozen=True)
 class ExportedTarget:
     """What an exported MiniCPM-OCR target folder holds, read once by `read`."""
 
@@ -65,6 +111,7 @@ class ExportedTarget:
     hidden_size: int  # of the text model: what a draft's hidden size must be
     vocab_size: int  # embedding rows of the text model
     num_hidden_layers: int  # decoder layers of the text model
+    typewriter_page: TypewriterPage | None = None  # the one page a typewriter reader reads; None: any image
 
     @classmethod
     def read(cls, folder: Path | str) -> ExportedTarget:
@@ -86,4 +133,5 @@ class ExportedTarget:
             raise ValueError(f"{path}: field {error.args[0]!r} is missing") from error
         return cls(folder=folder, processor=read_target_processor(folder),
                    language_model=LanguageModelConfig.read(folder), image_token_id=image_token_id,
-                   stop_token_ids=read_stop_token_ids(folder, config), **sizes)
+                   stop_token_ids=read_stop_token_ids(folder, config),
+                   typewriter_page=TypewriterPage.from_config(config, path), **sizes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["edit_distance", "character_error_rate"]
+__all__ = ["edit_distance", "character_error_rate", "row_slip"]
 
 
 def edit_distance(read: str, truth: str) -> int:
@@ -32,3 +32,16 @@ def character_error_rate(pairs: Iterable[tuple[str, str]]) -> float:
     if not characters:
         raise ValueError("character_error_rate: the reference texts are empty")
     return edits / characters
+
+
+def row_slip(read: str, truth: str) -> bool:
+    """Whether a reading lost its place on the page: it has another number of rows than the page, or one of its
+    rows is nearer (in edits) to another row of the page than to its own, as when a row is repeated or skipped."""
+    read_rows, truth_rows = read.split("\n"), truth.split("\n")
+    if len(read_rows) != len(truth_rows):
+        return True
+    for index, row in enumerate(read_rows):
+        own = edit_distance(row, truth_rows[index])
+        if any(edit_distance(row, other) < own for other in truth_rows):
+            return True
+    return False

@@ -1,8 +1,13 @@
-"""Generated typewriter pages to learn reading from and to measure it on, in seven kinds.
+"""Generated typewriter pages to learn reading from and to measure it on: seven kinds of documents, and five
+kinds of text that no language model can predict.
 
 Every page is drawn from a seed (the same seed gives the same page everywhere) as a typewriter page
-(`utils.evaluation.typewriter`): one character per image token, read row by row. Words come from the shipped
-corpus; names, numbers, amounts, dates and percentages are random. Each row belongs to one split by a hash of
+(`utils.evaluation.typewriter`): one character per image token, read row by row. The seven document kinds
+(`PAGE_KINDS`) take their words from the shipped corpus; names, numbers, amounts, dates and percentages are random.
+The unpredictable kinds (`UNPREDICTABLE_KINDS`: uniformly random printable ASCII, code with made-up names, bordered
+tables, symbol runs, mixed-case strings) give a reader nothing to recite: it must read every glyph and keep its
+place by where it is on the page, not by what it expects to write. A reader trains on both (`TRAINING_KINDS`), and
+on pages with blank rows and short lines (`sparse_share`), which any text that fits the grid gives. Each row belongs to one split by a hash of
 its text, so a held-out page shows only rows that no training page can show: "text never seen in training"
 holds by construction, whatever the number of training pages. No row of a sample page
 (`utils.evaluation.pages.sample_rows`) is ever generated.
@@ -20,9 +25,10 @@ from functools import cache
 import numpy as np
 
 from utils.evaluation.pages import CORPUS_PATH, SamplePage, sample_rows
-from utils.evaluation.typewriter import PAGE_ROWS, PAGE_WIDTH, Ink, fit_page, page_text, render_typewriter_page
+from utils.evaluation.typewriter import (GLYPHS, PAGE_ROWS, PAGE_WIDTH, Ink, fit_page, page_text,
+                                         render_typewriter_page)
 
-__all__ = ["PAGE_KINDS", "SPLITS", "SAMPLE_SEED", "ReadingPage", "iter_reading_pages", "reading_pages", "line_split",
+__all__ = ["PAGE_KINDS", "UNPREDICTABLE_KINDS", "TRAINING_KINDS", "SPLITS", "SAMPLE_SEED", "ReadingPage", "iter_reading_pages", "reading_pages", "line_split",
            "sample_pages"]
 
 SPLITS = ("train", "held-out")
@@ -141,10 +147,76 @@ def _two_columns(rng, width):
     return lambda: left().ljust(column) + "   " + right()
 
 
+def _random_ascii(rng, width):
+    """Uniformly random printable ASCII and spaces, each row a random length: nothing to predict."""
+    alphabet = GLYPHS + " " * 8
+    def row():
+        length = int(rng.integers(width // 2, width + 1))
+        return "".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=length)).strip() or "?"
+    return row
+
+
+def _name(rng: np.random.Generator, low: int = 1, high: int = 7) -> str:
+    """A made-up identifier: letters (and a digit now and then) no corpus holds."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    name = "".join(letters[i] for i in rng.integers(0, 26, size=int(rng.integers(low, high + 1))))
+    return name + (str(rng.integers(0, 10)) if rng.integers(0, 4) == 0 else "")
+
+
+def _code(rng, width):
+    """Lines of Python-like code with made-up names, operators, brackets and numbers."""
+    def statement():
+        a, b, c = _name(rng), _name(rng), _name(rng)
+        n = int(rng.integers(0, 1000))
+        op = str(rng.choice(["+", "-", "*", "/", "%", "//", "**", "&", "|", "^"]))
+        cmp = str(rng.choice(["==", "!=", "<", ">", "<=", ">="]))
+        forms = [f"def {a}({b}, {c}):", f"{a} = {b} {op} {n}", f"for {a} in range({b}):", f"if {a} {cmp} {n}:",
+                 f"return {a}[{b}] {op} {c}", f"{a}.{b}({c}, {n})", f"{a} += {{'{b}': {n}}}", f"while {a} {cmp} {b}:",
+                 f"print(f\"{{{a}}}: {n}\")", f"{a} = [{b} for {b} in {c}]", f"import {a}", f"# {a} {b} {c}",
+                 f"{a}[{n}:] = {b}.{c}()", f"assert {a} {cmp} {b}, {n}"]
+        return forms[int(rng.integers(0, len(forms)))]
+    return lambda: _fitting(lambda: " " * (4 * int(rng.integers(0, 3))) + statement(), width)
+
+
+def _bordered_table(rng, width):
+    """A table with `+---+` borders and `|` cells of made-up names, codes and numbers."""
+    cells = int(rng.integers(2, 4))
+    inner = (width - 1) // cells - 3
+    def value():
+        form = int(rng.integers(0, 3))
+        return _name(rng, 1, inner) if form == 0 else _number(rng) if form == 1 else _name(rng, 1, 3).upper() + str(
+            rng.integers(0, 100))
+    def row():
+        if rng.integers(0, 3) == 0:
+            return "+" + "".join("-" * (inner + 2) + "+" for _ in range(cells))
+        return "|" + "".join(f" {_fitting(value, inner).ljust(inner)} |" for _ in range(cells))
+    return row
+
+
+def _symbols(rng, width):
+    """Runs of punctuation and symbols, with a few digits and letters between them."""
+    punctuation = "".join(char for char in GLYPHS if not char.isalnum())
+    def run() -> str:
+        pool = punctuation if rng.integers(0, 4) else GLYPHS
+        return "".join(pool[i] for i in rng.integers(0, len(pool), size=int(rng.integers(1, 9))))
+    return _wrapped(run, width)
+
+
+def _mixed_case(rng, width):
+    """Strings of letters in random case with digits: like serial numbers, keys and passwords."""
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    return _wrapped(lambda: "".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=int(rng.integers(2, 11)))),
+                    width)
+
+
 # kind -> rows of a page of that kind, `PAGE_WIDTH` characters wide
 _KINDS = {"prose": _prose, "numbers": _numbers, "receipt": _receipt, "table": _table, "form": _form,
-          "letter": _letter, "two-columns": _two_columns}
-PAGE_KINDS = tuple(_KINDS)
+          "letter": _letter, "two-columns": _two_columns, "random": _random_ascii, "code": _code,
+          "bordered-table": _bordered_table, "symbols": _symbols, "mixed-case": _mixed_case}
+PAGE_KINDS = ("prose", "numbers", "receipt", "table", "form", "letter", "two-columns")  # documents
+UNPREDICTABLE_KINDS = ("random", "code", "bordered-table", "symbols", "mixed-case")  # nothing a prior can guess
+# What a reader trains on: as many unpredictable pages as document pages, so that it reads rather than recites.
+TRAINING_KINDS = tuple(kind for pair in zip(PAGE_KINDS, (*UNPREDICTABLE_KINDS, "random", "code")) for kind in pair)
 
 
 def line_split(line: str) -> str:
@@ -159,19 +231,36 @@ def _page_lines(kind: str, rng: np.random.Generator, *, split: str) -> list[str]
         line = row()
         if line.strip() and line_split(line) == split and line.rstrip() not in excluded:
             lines.append(line)
-    return fit_page(lines)
+    return lines
 
 
-def iter_reading_pages(*, seed: int, split: str = "train",
-                       kinds: tuple[str, ...] = PAGE_KINDS, ink: Callable[[np.random.Generator], Ink] | None = None
+def _sparse(lines: list[str], rng: np.random.Generator) -> list[str]:
+    """The page with some of the room left empty, as a short text leaves it: fewer rows, blank rows between rows,
+    or rows cut short (at least one character stays)."""
+    form = int(rng.integers(0, 3))
+    if form == 0:
+        lines = lines[:int(rng.integers(1, PAGE_ROWS))]
+    elif form == 1:
+        blank = rng.random(len(lines)) < 0.4
+        blank[int(rng.integers(0, len(lines)))] = False
+        lines = ["" if drop else line for line, drop in zip(lines, blank)]
+    else:
+        lines = [line[:int(rng.integers(1, len(line) + 1))].rstrip() if line.strip() and rng.integers(0, 2) else line
+                 for line in lines]
+    return lines if any(line.strip() for line in lines) else ["?"]
+
+
+def iter_reading_pages(*, seed: int, split: str = "train", kinds: tuple[str, ...] = PAGE_KINDS,
+                       ink: Callable[[np.random.Generator], Ink] | None = None, sparse_share: float = 0.0
                        ) -> Iterator[ReadingPage]:
     """Generated pages of one split without end, kinds in turn, each of the one shape (`PAGE_ROWS` x `PAGE_WIDTH`).
 
     Args:
         seed: the text and look of every page are a function of the seed.
         split: "train" or "held-out": every row of a page belongs to this split (`line_split`).
-        kinds: the page kinds to cycle through (`PAGE_KINDS`).
+        kinds: the page kinds to cycle through (`PAGE_KINDS`, `UNPREDICTABLE_KINDS`, `TRAINING_KINDS`).
         ink: rng -> how a page is inked (for example `Ink.random`, as training does); None: the sample pages' ink.
+        sparse_share: the share of pages drawn with fewer rows, blank rows or short rows (padded to the one shape).
 
     Yields:
         `ReadingPage`s named by kind; `text` is what a reader should write (`page_text`).
@@ -180,18 +269,24 @@ def iter_reading_pages(*, seed: int, split: str = "train",
         raise ValueError(f"split={split!r}: choose one of {', '.join(SPLITS)}")
     unknown = [kind for kind in kinds if kind not in _KINDS]
     if unknown or not kinds:
-        raise ValueError(f"unknown page kinds {unknown}; the kinds are {', '.join(PAGE_KINDS)}")
+        raise ValueError(f"unknown page kinds {unknown}; the kinds are {', '.join(_KINDS)}")
+    if not 0 <= sparse_share <= 1:
+        raise ValueError(f"sparse_share={sparse_share} must be in [0, 1]")
     rng = np.random.default_rng([seed, SPLITS.index(split)])
     for kind in itertools.cycle(kinds):
         lines = _page_lines(kind, rng, split=split)
+        if sparse_share and rng.random() < sparse_share:
+            lines = _sparse(lines, rng)
+        lines = fit_page(lines)
         image = render_typewriter_page(lines, ink(rng) if ink else None)
         yield ReadingPage(kind, page_text(lines), image)
 
 
-def reading_pages(count: int, *, seed: int, split: str = "train",
-                  kinds: tuple[str, ...] = PAGE_KINDS) -> list[ReadingPage]:
+def reading_pages(count: int, *, seed: int, split: str = "train", kinds: tuple[str, ...] = PAGE_KINDS,
+                  sparse_share: float = 0.0) -> list[ReadingPage]:
     """The first `count` pages of `iter_reading_pages` with these options (sample-page ink)."""
-    return list(itertools.islice(iter_reading_pages(seed=seed, split=split, kinds=kinds), count))
+    return list(itertools.islice(iter_reading_pages(seed=seed, split=split, kinds=kinds, sparse_share=sparse_share),
+                                 count))
 
 
 SAMPLE_SEED = 1  # the seed of the sample pages' held-out stream (`measure_reading` reads seed 0's)

@@ -26,7 +26,8 @@ import numpy as np
 from PIL import Image
 
 __all__ = ["CELL", "PAGE_ROWS", "PAGE_WIDTH", "PAGE_CELLS", "MAX_PAGE_CELLS", "GLYPH_ATLAS", "GLYPH_SIZES",
-           "PAGE_GLYPH_SIZE", "GLYPHS", "Ink", "page_text", "fit_page", "render_typewriter_page", "draw_glyph_atlas"]
+           "PAGE_GLYPH_SIZE", "GLYPHS", "Ink", "page_text", "fit_page", "typed_lines", "render_typewriter_page",
+           "draw_glyph_atlas"]
 
 CELL = 28  # pixels per cell side: one "4x" image token of 14-pixel patches
 # The one shape of every generated and sample page (`fit_page`): rows x characters, then the blank column. With
@@ -76,14 +77,38 @@ def page_text(lines: list[str]) -> str:
 
 
 def fit_page(lines: list[str]) -> list[str]:
-    """`lines` as a page of the one shape: exactly `PAGE_ROWS` lines of at most `PAGE_WIDTH` characters, each
-    padded to `PAGE_WIDTH`; a ValueError names what does not fit."""
-    if len(lines) != PAGE_ROWS:
-        raise ValueError(f"a page has {PAGE_ROWS} rows; got {len(lines)}")
+    """`lines` as a page of the one shape: `PAGE_ROWS` rows of `PAGE_WIDTH` characters. Shorter lines are padded
+    with spaces and missing rows added blank, so any text that fits the grid is drawn on the one page the tiny pair
+    reads; a ValueError names what does not fit."""
+    if len(lines) > PAGE_ROWS:
+        raise ValueError(f"a page has at most {PAGE_ROWS} rows; got {len(lines)}")
     too_wide = [line for line in lines if len(line) > PAGE_WIDTH]
     if too_wide:
         raise ValueError(f"a page row holds at most {PAGE_WIDTH} characters; {too_wide[0]!r} has {len(too_wide[0])}")
-    return [line.ljust(PAGE_WIDTH) for line in lines]
+    return [line.ljust(PAGE_WIDTH) for line in [*lines, *[""] * (PAGE_ROWS - len(lines))]]
+
+
+def typed_lines(text: str) -> list[str]:
+    """Text someone typed, as the rows of a page of the one shape: each line wrapped at spaces to `PAGE_WIDTH`
+    characters (a longer word is cut), tabs as four spaces, blank lines kept; then `fit_page`. A ValueError says
+    what does not fit: more than `PAGE_ROWS` rows, or characters the atlas has no glyph for."""
+    unknown = sorted({char for char in text.replace("\t", " ").replace("\n", " ")} - set(GLYPHS) - {" "})
+    if unknown:
+        raise ValueError(f"the tiny pair's font has printable ASCII only; remove {''.join(unknown)!r}")
+    rows = []
+    for line in text.replace("\t", "    ").rstrip().splitlines() or [""]:
+        line = line.rstrip()
+        while len(line) > PAGE_WIDTH:
+            cut = line.rfind(" ", 1, PAGE_WIDTH + 1)
+            cut = PAGE_WIDTH if cut <= 0 else cut
+            rows.append(line[:cut].rstrip())
+            line = line[cut:].lstrip(" ")
+        rows.append(line)
+    if not any(row.strip() for row in rows):
+        raise ValueError("type some text: the page is empty")
+    if len(rows) > PAGE_ROWS:
+        raise ValueError(f"a page holds {PAGE_ROWS} rows of {PAGE_WIDTH} characters; this text needs {len(rows)} rows")
+    return fit_page(rows)
 
 
 class Ink:

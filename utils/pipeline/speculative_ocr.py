@@ -25,11 +25,15 @@ from utils.engine.draft import DSparkProposer
 from utils.engine.metrics import GenerationMetrics
 from utils.engine.proposal import Proposer
 from utils.engine.timing import StageTimer
+from utils.pipeline.preprocessing.image_io import load_rgb_image
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
-__all__ = ["OcrResult", "SpeculativeOcrPipeline", "TextStreamer"]
+__all__ = ["OcrResult", "SpeculativeOcrPipeline", "TextStreamer", "TYPEWRITER_SLACK"]
 
 TEXT_AND_ANSWER_RESERVE = 1024  # context tokens kept for the prompt's text and the answer beside the image
+# A typewriter reader writes one token per image token, so its answer ends by the page's last image token; past
+# that and this many more it is lost (an image of another shape), and the reading stops there, not at the budget.
+TYPEWRITER_SLACK = 8
 
 
 class TextStreamer:
@@ -57,6 +61,7 @@ class OcrResult:
     tokens: list[int]
     metrics: GenerationMetrics
     drafted: bool = field(default=False)
+    notice: str = ""  # one line about what this model cannot read in this image (the tiny pair's reach), or ""
 
     def get_num_accepted_tokens(self) -> int:
         """Accepted draft tokens over the run (OpenVINO GenAI's name)."""
@@ -153,17 +158,29 @@ class SpeculativeOcrPipeline:
             prompt: the instruction after the image.
             timer: records the time under "vision" (a fresh one by default).
         """
-        timer = timer or StageTimer()
+        return self._prompt(image, prompt, timer or StageTimer())[0]
+
+    def _prompt(self, image, prompt: str, timer: StageTimer) -> tuple[np.ndarray, int, tuple[int, int]]:
+        """(`prompt_embeddings`, the page's image tokens, its (width, height) in pixels)."""
         if not prompt or not prompt.strip():
             raise ValueError(f"prompt is empty: say what to read, e.g. {DEFAULT_PROMPT!r}")
         with timer.stage("vision"):
-            inputs = self.preprocess(image)
+            rgb = load_rgb_image(image, max_pixels=self.preprocess.max_pixels)
+            inputs = self.preprocess(rgb)
             text = self.build_prompt([inputs.placeholder], prompt=prompt)
             ids = np.asarray(self.tokenizer.encode(text, add_special_tokens=False).input_ids.data, np.int64)
             embeds = self.embed(ids)[0]
             features = self.vision(inputs.pixel_values, inputs.target_sizes)
             embeds[ids[0] == self.image_token_id] = features
-        return embeds
+        return embeds, inputs.num_image_tokens, rgb.size
+
+    def _reach(self, image_tokens: int, size: tuple[int, int], max_new_tokens: int) -> tuple[int, str]:
+        """(the token budget, a notice): a typewriter reader stops `TYPEWRITER_SLACK` tokens past the page's image
+        tokens and says so when the image is not its page; any other target keeps the budget, with no notice."""
+        page = self.target.typewriter_page
+        if page is None:
+            return max_new_tokens, ""
+        return min(max_new_tokens, image_tokens + TYPEWRITER_SLACK), "" if size == page.size else page.notice(size)
 
     def decoder(self, markov_head_top_k: int | None = None) -> SpeculativeDecoder:
         """The decoding engine over this target and draft (cheap: it shares the compiled models).
@@ -189,7 +206,7 @@ class SpeculativeOcrPipeline:
         Args:
             image: a path, bytes or PIL image.
             prompt: the instruction after the image.
-            max_new_tokens: token budget.
+            max_new_tokens: token budget (a typewriter reader's is cut at its page's end: `TYPEWRITER_SLACK`).
             num_assistant_tokens: draft tokens verified per step, 1..block size (default: the block size).
             markov_head_top_k: K of the Top-K candidate scorer; 0 selects the dense walk (default: min(64, Vd)).
             streamer: called with each new piece of text as it is accepted.
@@ -198,7 +215,8 @@ class SpeculativeOcrPipeline:
         decoder = self.decoder(markov_head_top_k)
         timer = StageTimer()
         front_end_before = self._front_end_openvino_seconds()
-        embeds = self.prompt_embeddings(image, prompt, timer)
+        embeds, image_tokens, size = self._prompt(image, prompt, timer)
+        max_new_tokens, notice = self._reach(image_tokens, size, max_new_tokens)
         front_end_seconds = self._front_end_openvino_seconds() - front_end_before
         stream = None if streamer is None else TextStreamer(self._detokenize, streamer)
         decoded = decoder.generate(embeds, max_new_tokens=max_new_tokens, num_assistant_tokens=num_assistant_tokens,
@@ -208,7 +226,7 @@ class SpeculativeOcrPipeline:
             stream.put(decoded.tokens, final=True)
         decoded.metrics.openvino_seconds += front_end_seconds
         return OcrResult(texts=[self._detokenize(decoded.tokens)], tokens=decoded.tokens, metrics=decoded.metrics,
-                         drafted=decoder.proposer is not None)
+                         drafted=decoder.proposer is not None, notice=notice)
 
     def _detokenize(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
