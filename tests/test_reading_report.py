@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.evaluation.pages import CORPUS_PATH
-from utils.evaluation.typewriter import PAGE_ROWS
+from utils.evaluation.typewriter import CELL, PAGE_ROWS
+from utils.evaluation.written_pages import WRITTEN_TEXTS
 from utils.tiny.reading_report import WALKS, measure_reading, reading_report_summary, unseen_font_page
 
 
@@ -15,10 +16,18 @@ def test_the_unseen_font_page_shows_held_out_rows_in_another_font():
     assert all(line not in corpus for line in page.text.splitlines())  # generated rows, not corpus lines
 
 
-def test_a_random_reading_pair_is_measured_in_every_setting(reading_pair):
+def test_a_random_reading_pair_is_measured_in_every_setting(reading_pair, tmp_path):
     """A random pair reads nothing, but the report's invariants hold: at f32 every draft walk writes what the
-    target alone writes, and each figure is where the manifest expects it."""
-    figures = measure_reading(reading_pair.root, pages=2)
+    target alone writes, and each figure is where the manifest expects it. Marked as a typewriter reader (as a
+    trained one is), it stops at each page's end, and the image of another shape gets the notice."""
+    import shutil
+
+    from utils.pipeline.speculative_ocr import TYPEWRITER_SLACK
+    from utils.tiny.reader import mark_typewriter_reader
+
+    root = shutil.copytree(reading_pair.root, tmp_path / "pair")
+    mark_typewriter_reader(root / "target")
+    figures = measure_reading(root, pages=2)
     assert figures["pages"] == 2 and figures["split"] == "held-out"
     assert set(figures["f32_every_draft_verified"]) == set(WALKS)
     assert figures["speculative_equals_target_only_at_f32"] is True
@@ -27,5 +36,11 @@ def test_a_random_reading_pair_is_measured_in_every_setting(reading_pair):
     assert figures["cli_defaults"]["confidence_threshold"] == DEFAULT_CONFIDENCE_THRESHOLD
     assert 0 <= figures["pages_equal_at_default_and_f32"] <= 2
     assert figures["default_precision"] in ("f32", "bf16", "f16", "")
+    for part in ("random_pages", "sparse_pages", "written_pages"):
+        assert 0 <= figures[part]["row_slips"] and figures[part]["tokens_per_step"] >= 1.0
+    assert set(figures["written_pages"]["readings"]) == set(WRITTEN_TEXTS)
+    shape = figures["another_shape"]
+    assert "reads only typewriter pages" in shape["notice"] and shape["image_size"] == [17 * CELL, 3 * CELL]
+    assert shape["tokens"] <= 3 * 17 + TYPEWRITER_SLACK
     summary = reading_report_summary(figures)
-    assert "CLI defaults" in summary and "a font never trained on" in summary
+    assert "CLI defaults" in summary and "a font never trained on" in summary and "notice: yes" in summary

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from utils.checkpoint.config import check_layer_ids
 from utils.evaluation.pages import SAMPLE_PROMPTS
+from utils.evaluation.reading_pages import TRAINING_KINDS
 from utils.evaluation.typewriter import PAGE_CELLS
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 from utils.tiny.tokenizer import BYTE_VOCABULARY
@@ -19,7 +20,7 @@ __all__ = ["BUILD_STAMP", "READING_PAIR", "READING_DISTILL", "TinyPairConfig", "
            "DistillConfig", "BUILDER_VERSION"]
 
 BUILD_STAMP = "tiny-pair.json"  # written into every pair folder: the options it was built with
-BUILDER_VERSION = 3  # bump when the builder's output changes, so pairs built by older code are rebuilt
+BUILDER_VERSION = 4  # bump when the builder's output changes, so pairs built by older code are rebuilt
 
 
 def _json_ready(options) -> dict:
@@ -55,6 +56,11 @@ class TinyPairConfig:
     target_layer_ids: tuple[int, ...] = (1, 3, 5)
     markov_rank: int = 16
     hidden_size: int = 64
+    # The share of each full-attention head's dimensions that RoPE rotates (the real target's: 0.25 of 256). At
+    # head_dim 16 a quarter is two frequencies, too few for a position to find one image token 200 back; a reader
+    # rotates them all (READING_PAIR).
+    partial_rotary_factor: float = 0.25
+    rope_theta: float = 10000.0
     num_hidden_layers: int = 8
     full_attention_interval: int = 4
     draft_num_layers: int = 2
@@ -96,6 +102,11 @@ class TinyPairConfig:
             fail(f"markov_rank={self.markov_rank} must be >= 1")
         if self.hidden_size % 4 or self.hidden_size < 16:
             fail(f"hidden_size={self.hidden_size} must be a multiple of 4 and >= 16 (4 attention heads)")
+        if not 0 < self.partial_rotary_factor <= 1 or (self.hidden_size // 4 * self.partial_rotary_factor) % 2:
+            fail(f"partial_rotary_factor={self.partial_rotary_factor} must be in (0, 1] and rotate an even number "
+                 f"of the {self.hidden_size // 4} dimensions of a head")
+        if self.rope_theta <= 1:
+            fail(f"rope_theta={self.rope_theta} must be > 1")
         if self.draft_num_layers < 1:
             fail(f"draft_num_layers={self.draft_num_layers} must be >= 1")
         if not 1 <= self.full_attention_interval <= self.num_hidden_layers:
@@ -115,7 +126,7 @@ class TinyPairConfig:
 # 560² pixels, one 28-pixel cell per image token; every page has PAGE_CELLS), a draft vocabulary that holds what
 # a reader writes, and a smaller initialisation, with which training from random weights starts faster.
 READING_PAIR = {"tokenizer_vocab_size": BYTE_VOCABULARY, "draft_vocab_size": 96, "initializer_range": 0.02,
-                "scale_resolution": 560, "small_image_upsize": "never"}
+                "scale_resolution": 560, "small_image_upsize": "never", "partial_rotary_factor": 1.0}
 # How a reading pair's draft distils (`DistillConfig`): on the pages its target reads, to their end, told where on
 # the page the characters it predicts are (`alignment_weight`), on 32 anchors of each answer per step, asked with
 # the default prompt only: the draft learns the one offset from its block to the glyphs it predicts, which the
@@ -166,12 +177,21 @@ class ReaderConfig:
     # Training only: every linear layer's input is multiplied by (1 + N(0, precision_noise^2)), so that the
     # answers' margins clear the rounding of a lower precision (bf16 rounds at 2^-9, about 0.002).
     precision_noise: float = 0.01
+    # The page kinds trained on, in turn: documents and as many pages of text no language prior predicts, so that
+    # the reader finds its place by the page, not by what it expects to write (`utils.evaluation.reading_pages`).
+    kinds: tuple[str, ...] = TRAINING_KINDS
+    sparse_share: float = 0.25  # pages with fewer, blank or short rows: any text that fits the grid
     checkpoints: int = 6  # held-out CER measured this many times during training: the learning curve
     held_out_pages: int = 14
     seed: int = 0
 
     def __post_init__(self):
         _check_counts_and_prompts(self, ("steps", "examples_per_step", "checkpoints", "held_out_pages"))
+        object.__setattr__(self, "kinds", tuple(self.kinds))
+        if not self.kinds:
+            raise ValueError("ReaderConfig: kinds must not be empty")
+        if not 0 <= self.sparse_share <= 1:
+            raise ValueError(f"ReaderConfig: sparse_share={self.sparse_share} must be in [0, 1]")
         if self.learning_rate <= 0:
             raise ValueError(f"ReaderConfig: learning_rate={self.learning_rate} must be > 0")
         if self.warmup_steps < 0:

@@ -119,9 +119,10 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
             pretrain_target(staging / "target", pretrain)
         reading = None
         if read is not None:
-            from utils.tiny.reader import train_reader
+            from utils.tiny.reader import mark_typewriter_reader, train_reader
 
             reading = train_reader(staging / "target", read)
+            mark_typewriter_reader(staging / "target")
         build_tiny_draft(config, tokenizer, staging / "draft")
         if distill is not None:
             from utils.tiny.distill import distill_draft

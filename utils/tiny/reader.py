@@ -27,6 +27,7 @@ rounding. A learning curve (greedy CER on held-out pages, whose rows no training
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,7 +38,8 @@ import torch
 
 from utils.evaluation.character_error_rate import character_error_rate
 from utils.evaluation.reading_pages import ReadingPage, iter_reading_pages, reading_pages
-from utils.evaluation.typewriter import Ink
+from utils.contract.target import TARGET_CONFIG, TYPEWRITER_PAGE
+from utils.evaluation.typewriter import CELL, PAGE_ROWS, PAGE_WIDTH, Ink
 from utils.tiny.config import ReaderConfig
 from utils.tiny.distill_data import prompt_inputs
 from utils.tiny.pretrain import zero_padding_rows
@@ -45,7 +47,7 @@ from utils.tiny.target import quiet_progress_bars
 from utils.tiny.training import quiet_single_thread, train_steps
 
 __all__ = ["ReadingScore", "ReaderReport", "READING_SLACK", "read_pages", "score_readings", "reading_losses",
-           "add_precision_noise", "train_reader", "reading_summary"]
+           "add_precision_noise", "train_reader", "mark_typewriter_reader", "reading_summary"]
 
 READING_SLACK = 8  # a reading may run this many tokens past the page's text before it is cut
 
@@ -179,7 +181,8 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None) -> 
         noise = add_precision_noise(model, config.precision_noise)
         processor = AutoProcessor.from_pretrained(target_dir)
         glyph_head = torch.nn.Linear(model.config.text_config.hidden_size, model.config.text_config.vocab_size)
-        pages = iter_reading_pages(seed=config.seed, ink=Ink.random)
+        pages = iter_reading_pages(seed=config.seed, kinds=config.kinds, ink=Ink.random,
+                                   sparse_share=config.sparse_share)
         prompts = np.random.default_rng(config.seed).integers(0, len(config.prompts), size=count)
         checkpoints, curve, measuring = _checkpoint_steps(config), [], [0.0]
 
@@ -217,6 +220,15 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None) -> 
         with quiet_progress_bars():
             model.save_pretrained(target_dir)
     return ReaderReport(count, train_seconds, losses[0], losses[-1], tuple(curve), score)
+
+
+def mark_typewriter_reader(target_dir: Path | str) -> None:
+    """Writes the one page the reader reads into its config.json (`utils.contract.target.TYPEWRITER_PAGE`): the
+    runtime then stops a reading at the page's end and says when an image is not such a page."""
+    path = Path(target_dir) / TARGET_CONFIG
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config[TYPEWRITER_PAGE] = {"rows": PAGE_ROWS, "columns": PAGE_WIDTH, "cell": CELL}
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def reading_summary(report: ReaderReport) -> str:

@@ -9,8 +9,13 @@ rows no training page shows) with `SpeculativeOcrPipeline`:
   walk, and the per-position argmax of the block logits (Top-1: the Markov bias cannot change a lone candidate);
 - target only, at both precisions: the reference each speculative run must (f32) or should (default) equal.
 
-And one page of held-out rows in a font the reader never saw (PIL's default font at 24 px, proportional, off the
-grid), read at the CLI's defaults. The figures go into the shipped pair's manifest (`utils.tiny.manifest`).
+Then what shows whether it reads rather than recites, each at the CLI's defaults: held-out pages of uniformly random
+printable ASCII (no language prior helps the target or the draft there), the pages written by hand for the test
+(`utils.evaluation.written_pages`: code, tables, symbols, lists, ...), held-out pages with blank and short rows, the
+pages whose reading repeats or skips a row, an image of another shape (a typewriter page of 3 rows of 16 characters
+not padded to the one shape: the pipeline's notice, and where it stops), and one page of held-out rows in a font the
+reader never saw (PIL's default font at 24 px, proportional, off the grid). The figures go into the shipped pair's
+manifest (`utils.tiny.manifest`).
 """
 
 from __future__ import annotations
@@ -24,12 +29,16 @@ from PIL import Image, ImageDraw, ImageFont
 
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.evaluation.acceptance import confidence_auc, scored_positions
-from utils.evaluation.character_error_rate import character_error_rate
-from utils.evaluation.reading_pages import ReadingPage, reading_pages
+from utils.evaluation.character_error_rate import character_error_rate, row_slip
+from utils.evaluation.reading_pages import TRAINING_KINDS, ReadingPage, reading_pages
+from utils.evaluation.typewriter import page_text, render_typewriter_page
+from utils.evaluation.written_pages import written_pages
 
-__all__ = ["READING_PAGES", "WALKS", "measure_reading", "reading_report_summary", "unseen_font_page"]
+__all__ = ["READING_PAGES", "WALKS", "measure_reading", "reading_report_summary", "unseen_font_page",
+           "another_shape_page"]
 
 READING_PAGES = 40  # held-out generated pages read per setting
+_OTHER_PAGES = 20  # held-out pages of random text, and of blank and short rows
 WALKS = {"top_k_scorer": None, "dense_walk": 0, "argmax": 1}  # name -> markov_head_top_k
 
 
@@ -47,14 +56,23 @@ def unseen_font_page(*, seed: int = 0, size: int = 24) -> ReadingPage:
     return ReadingPage("unseen-font", "\n".join(lines), image)
 
 
+def another_shape_page() -> ReadingPage:
+    """Three rows of 16 characters drawn as they are, not padded to the one page shape: an image of another size."""
+    lines = ["Meet at 4:15 pm.", "Room B-204", "Bring an ID card"]
+    return ReadingPage("another-shape", page_text(lines), render_typewriter_page(lines))
+
+
 def _read(pipeline, pages: Sequence[ReadingPage], **options) -> dict:
-    """Reads every page with the pipeline's (and the CLI's) token budget; the texts, the CER, the steps' figures."""
+    """Reads every page with the pipeline's (and the CLI's) token budget; the texts, the CER, the pages whose
+    reading repeats or skips a row, the steps' figures."""
     from utils.engine.verification import mean_tokens_per_step
 
     results = [pipeline.generate(page.image, **options) for page in pages]
     texts = [result.texts[0] for result in results]
     figures = {"cer": round(character_error_rate(zip(texts, (page.text for page in pages), strict=True)), 4),
-               "distinct_answers": len(set(texts)), "texts": texts}
+               "distinct_answers": len(set(texts)),
+               "row_slips": sum(row_slip(text, page.text) for text, page in zip(texts, pages, strict=True)),
+               "texts": texts}
     if results[0].drafted:
         steps = [step for result in results for step in result.metrics.steps]
         auc = confidence_auc(*scored_positions(steps))
@@ -81,6 +99,9 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
 
     root = Path(root)
     held_out, unseen_page = reading_pages(pages, seed=0, split="held-out"), unseen_font_page()
+    others = max(1, pages // 2) if pages < READING_PAGES else _OTHER_PAGES
+    random_pages = reading_pages(others, seed=0, split="held-out", kinds=("random",))
+    sparse_pages = reading_pages(others, seed=0, split="held-out", kinds=TRAINING_KINDS, sparse_share=1.0)
     with tempfile.TemporaryDirectory() as folder:
         draft = export_draft(root / "draft", Path(folder) / "draft")
         target = export_target(root / "target", Path(folder) / "target", draft=root / "draft")
@@ -93,6 +114,13 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
                  for name, top_k in WALKS.items()}
         alone = {"f32": _read(exact_alone, held_out), "default": _read(default_alone, held_out)}
         unseen = _read(default, [unseen_page], confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
+        written = written_pages()
+        unpredictable = {
+            "random": _read(default, random_pages, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD),
+            "written": _read(default, written, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD),
+            "sparse": _read(default, sparse_pages, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)}
+        shape_page = another_shape_page()
+        shape = default.generate(shape_page.image, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
         precision = default.inference_precision
     truth_f32 = alone["f32"].pop("texts")
     truth_default = alone["default"].pop("texts")
@@ -110,6 +138,17 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
             a != b for a, b in zip(cli_texts, truth_default, strict=True)),
         "unseen_font": {"rows": len(unseen_page.text.splitlines()), "cer": unseen["cer"],
                         "reading": unseen["texts"][0]},
+        "random_pages": {key: value for key, value in unpredictable["random"].items() if key != "texts"}
+        | {"pages": len(random_pages)},
+        "sparse_pages": {key: value for key, value in unpredictable["sparse"].items() if key != "texts"}
+        | {"pages": len(sparse_pages)},
+        "written_pages": {key: value for key, value in unpredictable["written"].items() if key != "texts"}
+        | {"readings": dict(zip((page.name for page in written), unpredictable["written"]["texts"], strict=True)),
+           "cer_by_page": {page.name: round(character_error_rate([(text, page.text)]), 4)
+                           for page, text in zip(written, unpredictable["written"]["texts"], strict=True)}},
+        "another_shape": {"image_size": list(shape_page.image.size), "notice": shape.notice,
+                          "tokens": shape.metrics.num_generated_tokens, "reading": shape.texts[0],
+                          "cer": round(character_error_rate([(shape.texts[0], shape_page.text)]), 4)},
     }
 
 
@@ -123,5 +162,15 @@ def reading_report_summary(figures: dict) -> str:
              f"    same answer at the default precision and f32: {figures['pages_equal_at_default_and_f32']} of {pages}"]
     lines += [f"    f32, every draft verified, {name}: {walk['tokens_per_step']:.2f} tokens per step, "
               f"confidence AUC {walk['confidence_auc']}" for name, walk in walks.items()]
+    lines.append(f"    held-out pages repeating or skipping a row: {cli['row_slips']} of {pages}")
+    for name, what in (("random_pages", "random printable ASCII"), ("written_pages", "pages written by hand"),
+                       ("sparse_pages", "blank and short rows")):
+        part = figures[name]
+        lines.append(f"    {what}: CER {part['cer']:.1%}, {part['tokens_per_step']:.2f} tokens per step, "
+                     f"{part['row_slips']} of {len(part.get('readings', {})) or part['pages']} pages repeating or "
+                     f"skipping a row")
+    shape = figures["another_shape"]
+    lines.append(f"    an image of another shape ({shape['image_size'][0]} x {shape['image_size'][1]} px): "
+                 f"{shape['tokens']} tokens, notice: {'yes' if shape['notice'] else 'NO'}")
     lines.append(f"    a font never trained on (PIL's default, 24 px): CER {figures['unseen_font']['cer']:.1%}")
     return "\n".join(lines)

@@ -24,8 +24,9 @@ def _text_config(spec, tokenizer) -> dict:
         "num_key_value_heads": 2,
         "head_dim": spec.hidden_size // 4,
         "max_position_embeddings": 8192,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
-                            "mrope_section": [2, 1, 1]},
+        "rope_parameters": {"rope_type": "default", "rope_theta": spec.rope_theta,
+                            "partial_rotary_factor": spec.partial_rotary_factor,
+                            "mrope_section": _mrope_section(spec.hidden_size // 4 * spec.partial_rotary_factor)},
         "linear_conv_kernel_dim": 4,
         "linear_key_head_dim": 16,
         "linear_value_head_dim": 16,
@@ -37,6 +38,14 @@ def _text_config(spec, tokenizer) -> dict:
         "eos_token_id": tokenizer.eos_token_id,
         "pad_token_id": tokenizer.pad_token_id,
     }
+
+
+def _mrope_section(rotary_dims: float) -> list[int]:
+    """The rotary frequencies split over the (time, height, width) axes as the real config splits them (2:1:1,
+    [11, 11, 10] of 32 there); text positions are 1-D, so the three coincide on text and the split only keeps the
+    config well-formed."""
+    frequencies = int(rotary_dims) // 2
+    return [frequencies - 2 * (frequencies // 4), frequencies // 4, frequencies // 4]
 
 
 def _vision_config(spec) -> dict:
