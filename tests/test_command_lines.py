@@ -128,6 +128,8 @@ def test_ocr_pages_of_an_image_is_a_mistake(empty_models, page, capsys):
     ("benchmarks.language_model_latency", ["--repeats", "0"], "argument --repeats: 0 is out of range"),
     ("benchmarks.fc_kernels", ["--repeats", "0"], "argument --repeats: 0 is out of range"),
     ("benchmarks.reader_study", ["--steps", "zero"], "argument --steps: 'zero' is not an integer"),
+    ("benchmarks.reader_study", ["--partial-rotary-factor", "2"], "argument --partial-rotary-factor: 2 is out"),
+    ("benchmarks.reader_study", ["--hidden-size", "18"], "hidden_size=18 must be a multiple of 4"),
     ("benchmarks.real_size_dry_run", ["--new-tokens", "1"], "it must be at least 2"),
     ("benchmarks.seed_validation", ["--max-new-tokens", "0"], "argument --max-new-tokens: 0 is out of range"),
 ])
