@@ -49,20 +49,25 @@ def test_flat_and_nested_configs_read_the_same(tiny_pair):
 
 def test_a_field_in_both_places_takes_the_trainers_meaning(tiny_pair):
     """DeepSpec's top-level `block_size` counts the drafts of a step (the block's positions, anchor included);
-    DFlash's `dflash_config.block_size` the verification width, one more. Top level wins; nested alone is converted."""
+    DFlash's `dflash_config.block_size` the verification width, one more. Top level wins; nested alone is read as
+    DFlash's, with a line saying so; another field given twice with two values is named with vLLM's choice."""
     config = json.loads((tiny_pair.draft / "config.json").read_text())
     config["block_size"], config["dflash_config"]["block_size"] = 15, 16  # the card's 15 drafts, 16 verified
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the two agree: no warning
         assert DSparkConfig.from_dict(config).block_size == 15
     config["dflash_config"]["block_size"] = 8
-    with pytest.warns(UserWarning, match=r"dflash_config.block_size=8 \(top level: 15\).*top-level value"):
+    with pytest.warns(UserWarning, match=r"dflash_config.block_size=8 disagrees with block_size=15: using 15"):
         assert DSparkConfig.from_dict(config).block_size == 15
     del config["block_size"]
-    assert DSparkConfig.from_dict(config).block_size == 7
-    config["block_size"] = 15
+    with pytest.warns(UserWarning, match=r"only dflash_config.block_size=8 states the block: read as the anchor and "
+                                         r"the drafts, 7 drafts per step, as z-lab's DFlash reads that field"):
+        assert DSparkConfig.from_dict(config).block_size == 7
+    assert DSparkConfig.from_dict(config, drafts_per_step=8).block_size == 8
+    config["block_size"], config["dflash_config"]["block_size"] = 15, 16
     config["mask_token_id"], config["dflash_config"]["mask_token_id"] = 5, 6
-    with pytest.warns(UserWarning, match=r"dflash_config.mask_token_id=6 \(top level: 5\)"):
+    with pytest.warns(UserWarning, match=r"mask_token_id is 5 at the top level and 6 under dflash_config: using the "
+                                         r"top level's.*vLLM would use dflash_config's"):
         assert DSparkConfig.from_dict(config).mask_token_id == 5
 
 

@@ -10,6 +10,7 @@ target only) and the helpers the notebooks call.
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -145,8 +146,6 @@ def test_the_chosen_image_settings_are_recorded_where_every_reader_looks(publish
 def test_the_real_checkpoint_is_exported_with_its_model_cards_recipe_unless_told(published, tmp_path):
     """A folder named as the published repository (where the download puts it, or the hub cache) gets 4x with 9
     slices, and the export says that it overrides the files; an explicit option wins; another folder keeps its files."""
-    import shutil
-
     from utils.export.processor_settings import choose_processor_settings
 
     files = json.loads((published.target / "processor_config.json").read_text())["image_processor"]
@@ -344,8 +343,6 @@ UNSUPPORTED = [  # (file, mutation, the loader that must refuse it, what the one
 @pytest.mark.parametrize("relative, mutate, load, named", UNSUPPORTED,
                          ids=[f"{case[0]}-{index}" for index, case in enumerate(UNSUPPORTED)])
 def test_a_value_the_code_cannot_handle_fails_at_load_in_one_line(published, tmp_path, relative, mutate, load, named):
-    import shutil
-
     from utils.tiny import TinyPair
 
     pair = TinyPair(tmp_path / "pair", published.config)
@@ -366,3 +363,82 @@ def test_a_value_the_code_cannot_handle_fails_at_load_in_one_line(published, tmp
     for fragment in named:
         assert fragment in message, (fragment, message)
     assert not out.exists()  # nothing half-written
+
+
+# How each project states a DSpark draft's drafts per step in config.json (`utils.checkpoint.config`), on the published
+# draft (8 drafts per step): (name, edit of config.json, drafts read, words of the one line it gets, or None).
+CONVENTIONS = [
+    ("DeepSpec: top-level block_size", lambda c: c, 8, None),
+    ("DFlash: only a nested verification width", lambda c: _nest_block(c, 9), 8, "read as the anchor and the drafts"),
+    ("speculators: nested drafts with sample_from_anchor", lambda c: _nest_block(c, 8) | {"sample_from_anchor": True},
+     8, None),
+    ("vLLM: num_speculative_tokens beside a block_size that differs",
+     lambda c: c | {"num_speculative_tokens": 6}, 6, "block_size=8 disagrees with num_speculative_tokens=6"),
+    ("flat and nested target layers that differ",
+     lambda c: c | {"dflash_config": c["dflash_config"] | {"target_layer_ids": [1, 3, 4]}}, 8,
+     "vLLM would use dflash_config's"),
+]
+
+
+def _nest_block(config: dict, width: int) -> dict:
+    flat = {key: value for key, value in config.items() if key != "block_size"}
+    return flat | {"dflash_config": config["dflash_config"] | {"block_size": width}}
+
+
+@pytest.mark.parametrize("name, edit, drafts, line", CONVENTIONS, ids=[c[0] for c in CONVENTIONS])
+def test_each_convention_gives_the_drafts_per_step_it_states(published, tmp_path, capsys, name, edit, drafts, line):
+    """Exported from the command line: the count read, one line where the file leaves a choice or contradicts
+    itself, and an exported config.json that states the count once, at the top level."""
+    from utils.checkpoint.config import DSparkConfig, drafts_per_step_fields
+    from utils.export.__main__ import main
+
+    draft = shutil.copytree(published.draft, tmp_path / "draft")
+    (draft / "config.json").write_text(json.dumps(edit(json.loads((draft / "config.json").read_text()))))
+    assert main(["draft", "--model", str(draft), "--out", str(tmp_path / "ir")]) == 0
+    notes = [text for text in capsys.readouterr().err.splitlines() if "note:" in text]
+    assert (notes == []) if line is None else (len(notes) == 1 and line in notes[0])
+    exported = json.loads((tmp_path / "ir" / "config.json").read_text())
+    assert drafts_per_step_fields(exported) == [("block_size", drafts)]
+    assert "block_size" not in exported["dflash_config"]
+    assert DSparkConfig.from_folder(tmp_path / "ir").block_size == drafts
+
+
+def test_the_anchor_as_a_bonus_token_is_refused_with_the_field_named(published, tmp_path, capsys):
+    from utils.export.__main__ import main
+
+    draft = shutil.copytree(published.draft, tmp_path / "draft")
+    config = json.loads((draft / "config.json").read_text())
+    (draft / "config.json").write_text(json.dumps(config | {"sample_from_anchor": False}))
+    assert main(["draft", "--model", str(draft), "--out", str(tmp_path / "ir")]) == 2
+    assert "sample_from_anchor=false" in capsys.readouterr().err
+    assert not (tmp_path / "ir").exists()
+
+
+@pytest.mark.parametrize("width, stated, drafts", [(16, {}, 15), (15, {}, 15), (None, {"block_size": 15}, 15)])
+def test_the_published_drafts_model_card_decides_an_ambiguous_block(published, width, stated, drafts):
+    """openbmb/MiniCPM-OCR-1.0-DSpark's card states 15 drafts per forward pass: a nested block of 16 (DFlash's
+    width) or of 15 (speculators' count) alone both read as 15, each with its reason."""
+    import warnings
+
+    from utils.checkpoint.config import PUBLISHED_DRAFTS_PER_STEP, DSparkConfig
+
+    repository = "openbmb/MiniCPM-OCR-1.0-DSpark"
+    assert PUBLISHED_DRAFTS_PER_STEP[repository] == 15
+    config = _nest_block(json.loads((published.draft / "config.json").read_text()), width) if width else \
+        json.loads((published.draft / "config.json").read_text()) | stated
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert DSparkConfig.from_dict(config, repository=repository).block_size == drafts
+    reasons = [str(warning.message) for warning in caught if "drafts per step" in str(warning.message)]
+    assert len(reasons) == (1 if width else 0)
+    assert not width or f"to match the model card of {repository} (15)" in reasons[0]
+
+
+def test_a_published_draft_read_to_another_count_than_its_card_is_refused_unless_told(published, tmp_path):
+    from utils.checkpoint.config import DraftValidationError, DSparkConfig
+
+    draft = shutil.copytree(published.draft, tmp_path / "MiniCPM-OCR-1.0-DSpark")  # the folder utils.models fills
+    with pytest.raises(DraftValidationError, match="block_size=8 drafts per step, but the model card of "
+                                                   "openbmb/MiniCPM-OCR-1.0-DSpark states 15"):
+        DSparkConfig.from_folder(draft)
+    assert DSparkConfig.from_folder(draft, drafts_per_step=8).block_size == 8

@@ -9,19 +9,33 @@ under `dflash_config`, which vLLM's DFlash/DSpark loader reads first (vllm/model
 `dflash_config.get("mask_token_id", config.mask_token_id)`; vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:
 `get_eagle3_aux_layers_from_config` takes `dflash_config.target_layer_ids` before the top-level ids) and which
 sizes a DSpark block by the request's `num_speculative_tokens` (vllm/v1/spec_decode/dspark.py: the anchor, then
-masks, one draft per position). The draft's weights were trained with DeepSpec's reading.
+masks, one draft per position).
 
-Each field that may appear in both places, what it means, and which wins:
-- `block_size`: at the top level, the positions of a DSpark block, the anchor included; every position predicts
-  one token (the anchor's the first), so it is also the **drafts per step** (DeepSpec's evaluator proposes
-  `block_size` tokens and verifies them with the anchor: `block_size + 1` target positions; the real draft: 15).
-  `dflash_config.block_size` is DFlash's block, the **verification width**: anchor + drafts, one more. The top
-  level wins; a nested value alone means `nested - 1` drafts; nested = top + 1 agrees (no warning).
-- `target_layer_ids` (target decoder layers whose outputs `fc` concatenates, in order; layer i is HF
-  `hidden_states[i + 1]`), `mask_token_id` (the target id filling the block after the anchor), `markov_rank` (r of
-  the Markov head, 0 for none), `markov_head_type` ("vanilla"), `enable_confidence_head`,
-  `confidence_head_with_markov` (the head reads `[h ; markov_w1[prev]]`, not `h` alone): one meaning in both
-  places; the top level wins, with a warning naming the ignored value.
+The drafts per step (`DSparkConfig.block_size`: a block's positions, the anchor included, each predicting one token,
+the anchor's the first) are taken from the first of these that the file states (`drafts_per_step_fields`):
+1. `num_speculative_tokens` (top level), then `speculators_config.proposal_methods[0].speculative_tokens`: what
+   vLLM runs (vllm/v1/spec_decode/dspark.py drafts `num_speculative_tokens` tokens; the speculators format maps
+   `speculative_tokens` to it) and what a model card names ("Draft tokens per forward pass").
+2. the top-level `block_size`: DeepSpec's "number of draft positions per anchor" (deepspec/modeling/dspark/common.py;
+   its evaluator proposes `block_size` tokens and verifies them with the anchor).
+3. `dflash_config.block_size` with `sample_from_anchor` stated: speculators' rule (speculators/models/dflash/core.py:
+   `block_size if sample_from_anchor else block_size - 1`).
+4. `dflash_config.block_size` alone is **ambiguous**: z-lab's DFlash counts the anchor in it (drafts = block_size - 1),
+   speculators' DSpark configs (whose `sample_from_anchor` defaults to true) count drafts. Read the DFlash way, the
+   field's own project's, unless the folder is a published draft whose model card states the drafts per step
+   (`PUBLISHED_DRAFTS_PER_STEP`), which picks the reading that matches; a warning says which and why.
+`drafts_per_step=` (`python -m utils.export draft --drafts-per-step N`) overrides them all. A stated field that
+disagrees with the one used gets a warning naming both; a published draft read to another count than its card's is
+refused. A nested `block_size` one more than the count agrees with it (DFlash's width).
+`sample_from_anchor: false` is refused: the anchor is then a bonus token and only the masks predict (speculators'
+1 + N block, vLLM's `dspark_bonus_anchor`), a block this suite's engine does not run.
+
+The other fields that may appear in both places: `target_layer_ids` (target decoder layers whose outputs `fc`
+concatenates, in order; layer i is HF `hidden_states[i + 1]`), `mask_token_id` (the target id filling the block after
+the anchor), `markov_rank` (r of the Markov head, 0 for none), `markov_head_type` ("vanilla"),
+`enable_confidence_head`, `confidence_head_with_markov` (the head reads `[h ; markov_w1[prev]]`, not `h` alone): one
+meaning in both places. Where both are given and differ, the top level is used, as DeepSpec reads it, with a warning
+naming both values and vLLM's choice (vLLM reads `dflash_config` first; optimum-intel refuses the file).
 
 A field only under `dflash_config` is read from there. Rotary embedding: DeepSpec's draft uses transformers'
 `Qwen3RotaryEmbedding`, which for the default rope type rotates every dimension of `head_dim` with `rope_theta`
@@ -36,11 +50,14 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DRAFT_CONFIG", "INFERABLE", "DSparkConfig", "DraftValidationError", "check_layer_ids"]
+__all__ = ["DRAFT_CONFIG", "INFERABLE", "PUBLISHED_DRAFTS_PER_STEP", "DSparkConfig", "DraftValidationError",
+           "check_layer_ids", "drafts_per_step_fields", "published_repository"]
 
 DRAFT_CONFIG = "config.json"
-_NESTABLE = ("target_layer_ids", "mask_token_id", "block_size", "markov_rank", "markov_head_type",
-             "enable_confidence_head", "confidence_head_with_markov")
+_NESTABLE = ("target_layer_ids", "mask_token_id", "markov_rank", "markov_head_type", "enable_confidence_head",
+             "confidence_head_with_markov")
+# Published drafts whose model card states the drafts per step; a reading of their config.json is checked against it.
+PUBLISHED_DRAFTS_PER_STEP = {"openbmb/MiniCPM-OCR-1.0-DSpark": 15}  # its card: "Draft tokens per forward pass 15"
 _APPLIED_ROPE_TYPES = ("default",)  # rotary types the draft applies (plain RoPE over every dimension)
 # Fields a published config.json may leave out although the tensors imply them (`checkpoint.load_draft_checkpoint`
 # reads them from the tensors then): head_dim (256 for the real draft, not hidden / heads = 128) and the
@@ -121,13 +138,23 @@ class DSparkConfig:
         return min(64, self.draft_vocab_size)
 
     @classmethod
-    def from_dict(cls, raw: dict, *, source: str = DRAFT_CONFIG) -> "DSparkConfig":
-        """Reads a config dict (flat or nested, see the module's table) and checks every field the draft depends on.
+    def from_dict(cls, raw: dict, *, source: str = DRAFT_CONFIG, drafts_per_step: int | None = None,
+                  repository: str | None = None) -> "DSparkConfig":
+        """Reads a config dict (flat or nested, see the module's docstring) and checks every field the draft depends on.
 
-        Warns (once per message) when a field has two values, or the rotary settings name what the draft does not
-        apply; the trainer's reading is used.
+        Warns (once per message) when a field has two values, when the drafts per step are read from an ambiguous
+        field, or when the rotary settings name what the draft does not apply.
+
+        Args:
+            raw: the parsed config.json.
+            source: what it came from, for messages.
+            drafts_per_step: the drafts per step, overriding every field that states them.
+            repository: the published repository the file belongs to, if known (`published_repository`).
         """
         fields = _flatten(raw, source)
+        block_size = _drafts_per_step(raw, source, drafts_per_step, repository)
+        if block_size is not None:
+            fields["block_size"] = block_size
         _warn_about_rope(fields, source)
 
         def need(name):
@@ -169,8 +196,8 @@ class DSparkConfig:
         return config
 
     @classmethod
-    def from_folder(cls, folder: Path | str) -> "DSparkConfig":
-        """Reads `folder/config.json`."""
+    def from_folder(cls, folder: Path | str, *, drafts_per_step: int | None = None) -> "DSparkConfig":
+        """Reads `folder/config.json` (`drafts_per_step` as in `from_dict`)."""
         path = Path(folder) / DRAFT_CONFIG
         if not path.is_file():
             raise DraftValidationError(f"{path}: not found; a DSpark draft folder holds config.json")
@@ -178,7 +205,8 @@ class DSparkConfig:
             raw = json.loads(path.read_text())
         except json.JSONDecodeError as error:
             raise DraftValidationError(f"{path}: not valid JSON ({error})") from error
-        return cls.from_dict(raw, source=str(path))
+        return cls.from_dict(raw, source=str(path), drafts_per_step=drafts_per_step,
+                             repository=published_repository(folder, raw))
 
     def _validate(self, source: str) -> None:
         def fail(message):
@@ -205,20 +233,79 @@ class DSparkConfig:
 
 
 def _flatten(raw: dict, source: str) -> dict:
-    """The fields with the nested ones merged in as the module's table says: top level first; a nested
-    `block_size` (a verification width) becomes drafts per step."""
-    nested = dict(raw.get("dflash_config") or {})
-    fields = {key: value for key, value in raw.items() if key != "dflash_config"}
-    if "block_size" in nested:
-        nested["block_size"] = int(nested["block_size"]) - 1
-    ignored = [f"dflash_config.{key}={raw['dflash_config'][key]!r} (top level: {fields[key]!r})"
-               for key, value in nested.items() if key in fields and key in _NESTABLE and fields[key] != value]
-    if ignored:
-        warnings.warn(f"{source}: {'; '.join(ignored)}: using the top-level value of each, as the trainer (DeepSpec) "
-                      f"reads them", UserWarning, stacklevel=3)
+    """The fields with the nested ones merged in, the top level first (the drafts per step aside:
+    `_drafts_per_step`); one warning per field given twice with two values."""
+    nested = {key: value for key, value in (raw.get("dflash_config") or {}).items() if key != "block_size"}
+    fields = {key: value for key, value in raw.items() if key not in ("dflash_config", "block_size")}
     for key, value in nested.items():
+        if key in fields and key in _NESTABLE and fields[key] != value:
+            warnings.warn(f"{source}: {key} is {fields[key]!r} at the top level and {value!r} under dflash_config: "
+                          f"using the top level's, as DeepSpec (which trains DSpark drafts) reads it; vLLM would use "
+                          f"dflash_config's", UserWarning, stacklevel=4)
         fields.setdefault(key, value)
     return fields
+
+
+def published_repository(folder: Path | str, raw: dict) -> str | None:
+    """The published draft a folder holds, if it is one of `PUBLISHED_DRAFTS_PER_STEP`: named by the config's
+    `_name_or_path`, by the folder (`models/MiniCPM-OCR-1.0-DSpark`, `utils.models`) or by the hub cache's folder."""
+    parts = Path(folder).resolve().parts
+    for repository in PUBLISHED_DRAFTS_PER_STEP:
+        cache = "models--" + repository.replace("/", "--")
+        if raw.get("_name_or_path") == repository or repository.split("/")[1] == parts[-1] or cache in parts:
+            return repository
+    return None
+
+
+def drafts_per_step_fields(raw: dict) -> list[tuple[str, int]]:
+    """The fields that state the drafts per step outright, in the order they are read: (name, drafts)."""
+    methods = (raw.get("speculators_config") or {}).get("proposal_methods") or [{}]
+    stated = [("num_speculative_tokens", raw.get("num_speculative_tokens")),
+              ("speculators_config.proposal_methods[0].speculative_tokens", methods[0].get("speculative_tokens")),
+              ("block_size", raw.get("block_size"))]
+    return [(name, int(value)) for name, value in stated if value is not None]
+
+
+def _drafts_per_step(raw: dict, source: str, chosen: int | None, repository: str | None) -> int | None:
+    """The drafts per step, read as the module's docstring orders the fields (None: no field states them)."""
+    nested = raw.get("dflash_config") or {}
+    anchor = raw.get("sample_from_anchor", nested.get("sample_from_anchor"))
+    if anchor is False:
+        raise DraftValidationError(
+            f"{source}: sample_from_anchor=false: the anchor is a bonus token and only the mask positions predict "
+            f"(speculators' 1 + N block, vLLM's dspark_bonus_anchor); this suite runs DeepSpec's blocks, in which the "
+            f"anchor's position predicts the first draft, so this draft cannot run here")
+    stated = drafts_per_step_fields(raw)
+    width = nested.get("block_size")
+    readings = [] if width is None else [int(width)] if anchor else [int(width) - 1, int(width)]
+    card = PUBLISHED_DRAFTS_PER_STEP.get(repository)
+    if chosen is not None:
+        used, name = int(chosen), "drafts_per_step (--drafts-per-step)"
+    elif stated:
+        name, used = stated[0]
+    elif readings:
+        name = "dflash_config.block_size"
+        used = card if card in readings else readings[0]
+        if len(readings) > 1:
+            why = (f"to match the model card of {repository} ({card})" if card in readings else
+                   "as z-lab's DFlash reads that field")
+            meaning = "the anchor and the drafts" if used == readings[0] else "the drafts, as speculators' DSpark does"
+            warnings.warn(f"{source}: only dflash_config.block_size={width} states the block: read as {meaning}, "
+                          f"{used} drafts per step, {why}; pass --drafts-per-step N to choose", UserWarning,
+                          stacklevel=4)
+    else:
+        return None
+    others = [f"{other}={value}" for other, value in stated if value != used and other != name]
+    if width is not None and name != "dflash_config.block_size" and int(width) not in (used, used + 1):
+        others.append(f"dflash_config.block_size={width}")
+    if others:
+        verb = "disagrees" if len(others) == 1 else "disagree"
+        warnings.warn(f"{source}: {', '.join(others)} {verb} with {name}={used}: using {used} drafts per step",
+                      UserWarning, stacklevel=4)
+    if chosen is None and card is not None and used != card:
+        raise DraftValidationError(f"{source}: {name}={used} drafts per step, but the model card of {repository} "
+                                   f"states {card}; pass --drafts-per-step N to run another count")
+    return used
 
 
 def _warn_about_rope(fields: dict, source: str) -> None:

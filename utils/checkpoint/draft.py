@@ -214,14 +214,16 @@ def _target_ids(folder: Path, config: DSparkConfig, tensors: dict[str, np.ndarra
     return target_ids
 
 
-def load_draft_checkpoint(folder: Path | str) -> DraftCheckpoint:
+def load_draft_checkpoint(folder: Path | str, *, drafts_per_step: int | None = None) -> DraftCheckpoint:
     """Loads a DSpark draft folder and validates config, tensor names and shapes, `d2t` and `local-to-target.json`.
+
+    `drafts_per_step` overrides the fields of config.json that state them (`DSparkConfig.from_dict`).
 
     Raises:
         DraftValidationError: naming the file and field that is wrong.
     """
     folder = Path(folder)
-    config = DSparkConfig.from_folder(folder)
+    config = DSparkConfig.from_folder(folder, drafts_per_step=drafts_per_step)
     tensors = _read_weights(folder)
     config = _complete_from_tensors(config, tensors)
     _check_tensors(folder, config, tensors)

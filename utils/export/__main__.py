@@ -2,9 +2,14 @@
 
     python -m utils.export target --model SRC --out DIR [--draft DRAFT] [--weight-format fp32|fp16|int8|int4]
                                   [--downsample-mode 4x|16x] [--max-slice-nums N] ...
-    python -m utils.export draft --model SRC --out DIR [--weight-format fp32|fp16|int8|int4] [--overwrite]
+    python -m utils.export draft --model SRC --out DIR [--weight-format fp32|fp16|int8|int4] [--drafts-per-step N]
+                                 [--overwrite]
 
 int8/int4 are NNCF weight compression (`utils.export.compression`): INT4 keeps the lm_head INT8.
+
+A draft's drafts per step are read from the fields of its config.json that state them, in the order
+`utils.checkpoint.config` documents with its sources; where the file leaves a choice, one line says which reading
+was taken and why, and `--drafts-per-step N` decides instead. Every such note is one line on stderr.
 
 `--downsample-mode` and `--max-slice-nums` size a page's image tokens; by default the checkpoint's own, except for
 openbmb/MiniCPM-OCR-1.0, which is exported with its model card's serving recipe (4x, 9 slices), said when it
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 from utils.cli import command_parser, existing_dir, int_at_least
@@ -39,15 +45,23 @@ def _run(args: argparse.Namespace, export) -> int:
     if Path(args.out).exists() and not args.overwrite:
         print(f"{PROG}: error: {args.out} already exists; pass --overwrite to replace it", file=sys.stderr)
         return 2
-    try:
-        if args.backend == "optimum":
-            from utils.export.upstream import run_optimum_export
+    with warnings.catch_warnings(record=True) as notes:
+        warnings.simplefilter("always", UserWarning)
+        try:
+            if args.backend == "optimum":
+                from utils.export.upstream import run_optimum_export
 
-            out = run_optimum_export(args.command, args.model, args.out, weight_format=args.weight_format)
+                out = run_optimum_export(args.command, args.model, args.out, weight_format=args.weight_format)
+            else:
+                out = export()
+        except (ValueError, FileNotFoundError) as error:  # DraftValidationError is a ValueError
+            error_line = f"{PROG}: error: {error}"
         else:
-            out = export()
-    except (ValueError, FileNotFoundError) as error:  # DraftValidationError is a ValueError
-        print(f"{PROG}: error: {error}", file=sys.stderr)
+            error_line = None
+    for note in dict.fromkeys(str(note.message) for note in notes if issubclass(note.category, UserWarning)):
+        print(f"{PROG}: note: {note}", file=sys.stderr)
+    if error_line:
+        print(error_line, file=sys.stderr)
         return 2
     print(f"{args.command} exported ({args.weight_format}, {folder_size(out) / 1e6:.2f} MB): {out}")
     return 0
@@ -57,7 +71,7 @@ def _run_draft(args: argparse.Namespace) -> int:
     from utils.export.draft import export_draft
 
     return _run(args, lambda: export_draft(args.model, args.out, weight_format=args.weight_format,
-                                           overwrite=args.overwrite))
+                                           overwrite=args.overwrite, drafts_per_step=args.drafts_per_step))
 
 
 def _run_target(args: argparse.Namespace) -> int:
@@ -116,6 +130,9 @@ def add_draft_command(subparsers, formatter=argparse.HelpFormatter) -> None:
                                                "local-to-target.json into DIR, atomically.")
     _add_common_arguments(parser, weight_formats=WEIGHT_FORMATS,
                           model_help="the draft folder (config.json, model.safetensors, ...)")
+    parser.add_argument("--drafts-per-step", metavar="N", type=int_at_least(1),
+                        help="drafts per step (the block's positions), instead of the count config.json states "
+                             "(utils.checkpoint.config says in which order its fields are read)")
     parser.set_defaults(handler=_run_draft)
 
 

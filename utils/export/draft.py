@@ -162,9 +162,9 @@ def convert_markov_head(checkpoint: DraftCheckpoint):
     return build_markov_head(weights, block_size=config.block_size, hidden_size=config.hidden_size)
 
 
-def _load_checked(source: Path) -> tuple[DraftCheckpoint, DSparkDraftModel]:
+def _load_checked(source: Path, drafts_per_step: int | None) -> tuple[DraftCheckpoint, DSparkDraftModel]:
     """Validates the draft with the reference loader; rejects what this exporter cannot represent."""
-    checkpoint = load_draft_checkpoint(source)
+    checkpoint = load_draft_checkpoint(source, drafts_per_step=drafts_per_step)
     if not checkpoint.config.markov_rank:
         raise DraftValidationError(f"{source / DRAFT_CONFIG}: markov_rank=0: the draft has no Markov head, "
                                    f"which the DSpark export needs")
@@ -174,8 +174,19 @@ def _load_checked(source: Path) -> tuple[DraftCheckpoint, DSparkDraftModel]:
     return checkpoint, DSparkDraftModel.from_checkpoint(checkpoint)
 
 
+def _exported_config(checkpoint: DraftCheckpoint) -> dict:
+    """The source's config.json stating the drafts per step once, at the top level, as the export read them
+    (`DSparkConfig`): whoever reads the exported folder (this suite, vLLM's or DeepSpec's reading) finds one count."""
+    config = json.loads((checkpoint.folder / DRAFT_CONFIG).read_text())
+    config.pop("num_speculative_tokens", None)
+    for method in (config.get("speculators_config") or {}).get("proposal_methods") or []:
+        method.pop("speculative_tokens", None)
+    (config.get("dflash_config") or {}).pop("block_size", None)
+    return config | {"block_size": checkpoint.config.block_size}
+
+
 def _copy_source_files(checkpoint: DraftCheckpoint, folder: Path) -> None:
-    shutil.copyfile(checkpoint.folder / DRAFT_CONFIG, folder / DRAFT_CONFIG)
+    (folder / DRAFT_CONFIG).write_text(json.dumps(_exported_config(checkpoint), indent=2) + "\n")
     mapping = checkpoint.folder / LOCAL_TO_TARGET
     if mapping.is_file():
         shutil.copyfile(mapping, folder / LOCAL_TO_TARGET)
@@ -183,8 +194,8 @@ def _copy_source_files(checkpoint: DraftCheckpoint, folder: Path) -> None:
         (folder / LOCAL_TO_TARGET).write_text(json.dumps(checkpoint.target_ids.tolist()) + "\n")
 
 
-def export_draft(source: Path | str, out: Path | str, *, weight_format: str = "fp32",
-                 overwrite: bool = False) -> Path:
+def export_draft(source: Path | str, out: Path | str, *, weight_format: str = "fp32", overwrite: bool = False,
+                 drafts_per_step: int | None = None) -> Path:
     """Exports a DSpark draft folder to `out`: backbone IR, Markov head IR, rt_info, config and id map.
 
     Args:
@@ -193,6 +204,8 @@ def export_draft(source: Path | str, out: Path | str, *, weight_format: str = "f
         weight_format: "fp32" (the reference), "fp16" (weights stored in fp16; inputs/outputs stay f32), "int8"
             or "int4" (NNCF; under INT4 the lm_head and the Markov tables stay INT8: `utils.export.compression`).
         overwrite: replace an existing `out`.
+        drafts_per_step: the drafts per step (the block's positions), overriding the fields of config.json that
+            state them; the exported config.json states the count used, at the top level.
 
     Returns:
         `out`.
@@ -204,7 +217,7 @@ def export_draft(source: Path | str, out: Path | str, *, weight_format: str = "f
     if weight_format not in WEIGHT_FORMATS:
         raise ValueError(f"weight_format={weight_format!r} must be one of {WEIGHT_FORMATS}")
     source, out = Path(source), Path(out)
-    checkpoint, model = _load_checked(source)
+    checkpoint, model = _load_checked(source, drafts_per_step)
     info = draft_info(checkpoint)
     d2t = checkpoint.target_ids - np.arange(checkpoint.config.draft_vocab_size, dtype=np.int64)
     with atomic_directory(out, overwrite=overwrite) as staging:
