@@ -44,8 +44,10 @@ __all__ = [
 # The layout version of the IRs the exporter writes: bump it when an export changes (2: the verify IR's length is
 # dynamic; 3: one language-model IR of dynamic length instead of prefill, decode and verify IRs, so the runtime
 # holds its weights once; 4: the attention reads the past keys as rows, not transposed, 19% faster decoding at 3k
-# context), so that folders exported by older code are exported again where the suite caches them.
-IR_FORMAT_VERSION = 4
+# context; 5: the gated delta rule's decay exponents are direct sums, not differences of running sums, which lost
+# the state a continued prompt call starts from at bf16, and the rollback outputs each token's log decay), so that
+# folders exported by older code are exported again where the suite caches them.
+IR_FORMAT_VERSION = 5
 
 # Weight formats: the same four for the target and the draft. fp16 is a save option (`compress_to_fp16`); the
 # compressed ones are NNCF weight compression (`utils.export.compression`).
@@ -159,15 +161,13 @@ def rollback_delta(i: int) -> str:
 
 
 def rollback_log_decay(i: int) -> str:
-    """Verify output: the block's cumulative log decay."""
+    """Verify output: each token's log decay g_t (the host sums them: `rebuild_recurrent_state`)."""
     return f"rollback_log_decay.{i}"
 
 
-# Tokens of a prefill call. At the CPU's bf16, a call that continues a prompt (past state given) computes its
-# first dozen positions with large errors (up to 10 logits against under 1 elsewhere, measured on the tiny
-# reading target: with its 203-token page prompt in calls of 128, 27 of 40 held-out pages read the same at bf16
-# as at f32; in one call of 256, 32 of 40). So the default holds a tiny page's whole prompt; a real prompt of
-# 1k-3k tokens still spans several calls (`docs/performance.md`).
+# Tokens of a prefill call: a tiny page's whole prompt is one call. Up to IR format 4 a call that continued a prompt
+# at bf16 started from a lost linear-attention state, and this default hid it on tiny pages; since format 5 a prompt
+# in several calls reads as one does (`docs/performance.md`, `tests/test_chunked_prefill.py`).
 DEFAULT_PREFILL_CHUNK = 256
 
 

@@ -38,13 +38,15 @@ def rebuild_recurrent_state(initial_state: np.ndarray, keys: np.ndarray, deltas:
                             log_decay: np.ndarray, count: int) -> np.ndarray:
     """The gated-delta recurrent state after the first `count` tokens of a block.
 
-    S_n = exp(G_n) S_0 + sum_{t<=n} exp(G_n - G_t) k_t delta_t^T, exact because the update is linear in S.
+    S_n = exp(G_n) S_0 + sum_{t<=n} exp(G_n - G_t) k_t delta_t^T, exact because the update is linear in S, with
+    G_n - G_t = g_(t+1) + ... + g_n summed directly in float64 (never a difference of two running sums, which
+    cancels: `utils.export.gated_delta`).
 
     Args:
         initial_state: [1, Hv, dk, dv] state before the block.
         keys: [1, S, Hv, dk] normalised keys of the block (`rollback_key(i)`).
         deltas: [1, S, Hv, dv] per-token corrections (`rollback_delta(i)`).
-        log_decay: [1, S, Hv] cumulative log decay (`rollback_log_decay(i)`).
+        log_decay: [1, S, Hv] each token's log decay g_t (`rollback_log_decay(i)`).
         count: tokens to keep, 1 <= count <= S.
 
     Returns:
@@ -52,11 +54,12 @@ def rebuild_recurrent_state(initial_state: np.ndarray, keys: np.ndarray, deltas:
     """
     if not 1 <= count <= keys.shape[1]:
         raise ValueError(f"count={count} must be in [1, {keys.shape[1]}]")
-    cumulative = log_decay[0, :count]  # [n, Hv]
-    weights = np.exp(cumulative[-1] - cumulative)  # [n, Hv]
-    weighted_keys = (keys[0, :count] * weights[..., None]).transpose(1, 2, 0)  # [Hv, dk, n]
+    decay = log_decay[0, :count].astype(np.float64)  # [n, Hv]
+    after = np.cumsum(decay[::-1], axis=0)[::-1] - decay  # [n, Hv]: G_n - G_t, the decay after token t
+    weighted_keys = (keys[0, :count] * np.exp(after)[..., None]).transpose(1, 2, 0)  # [Hv, dk, n]
     update = weighted_keys @ deltas[0, :count].transpose(1, 0, 2)  # [Hv, dk, dv]
-    return initial_state * np.exp(cumulative[-1])[None, :, None, None] + update[None]
+    total = np.exp(decay.sum(axis=0))[None, :, None, None]
+    return (initial_state * total + update[None]).astype(initial_state.dtype, copy=False)
 
 
 def _timed_call(method):

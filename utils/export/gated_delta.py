@@ -20,7 +20,12 @@ differences that matter for export:
   (the rollback formula at count S), so no slot has to tell whether it was the last one used.
 
 Every exponent is of a non-positive number (G is a cumulative sum of g <= 0 and only G_i - G_j with i >= j
-appears), so nothing overflows, however long the call.
+appears), so nothing overflows, however long the call. And no exponent is a difference of two cumulative sums:
+G_i - G_j is the sum of the g between j and i (one matmul with a constant 0/1 matrix), G_S - G_t a reverse
+cumulative sum. A difference cancels: after 128 tokens of strong decay |G| reaches a few thousand, where bf16 (the
+CPU plugin's default precision) is 8 to 16 apart, so exp(G_S - G_t) came out e^16 too large or too small and the
+final state, which the next call of a prompt starts from, was lost (docs/performance.md). A direct sum rounds in
+proportion to its own size, small wherever exp of it matters.
 
 Shape symbols:
     S: tokens, n: chunks, c: chunk size, Hv: value heads (keys and queries already repeated to Hv),
@@ -48,6 +53,17 @@ def _unit_lower_inverse(strictly_lower: torch.Tensor) -> torch.Tensor:
         power = power @ power
         inverse = inverse + inverse @ power
     return inverse
+
+
+def _sums_between(chunk_log_decay: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """[1, Hv, n, c, 1] log-decays -> [1, Hv, n, c, c] with [i, j] = sum of g_s over j < s <= i (0 where j >= i).
+
+    One matmul with a constant 0/1 matrix [c, c * c] that selects, for each (i, j), the tokens in between."""
+    index = torch.arange(chunk_size)
+    selected = (index[None, None, :] > index[None, :, None]) & (index[None, None, :] <= index[:, None, None])
+    selector = selected.reshape(chunk_size * chunk_size, chunk_size).transpose(0, 1).to(chunk_log_decay.dtype)
+    sums = chunk_log_decay.transpose(-1, -2) @ selector  # [1, Hv, n, 1, c * c]
+    return sums.unflatten(-1, (chunk_size, chunk_size)).squeeze(-3)
 
 
 def _chunks(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
@@ -97,19 +113,19 @@ def chunk_gated_delta_rule(
     chunk_query, chunk_key, chunk_value, chunk_log_decay, chunk_beta = torch.split(
         _chunks(packed, chunk_size), [dim_k, dim_k, dim_v, 1, 1], dim=-1)  # [1, Hv, n, c, *]
 
-    cumulative = chunk_log_decay.cumsum(dim=-2)  # [1, Hv, n, c, 1]
+    cumulative = chunk_log_decay.cumsum(dim=-2)  # [1, Hv, n, c, 1]: G_i from the chunk's start
+    between = _sums_between(chunk_log_decay, chunk_size)  # [1, Hv, n, c, c]: G_i - G_j, summed directly
     lower_with_diagonal = torch.tril(torch.ones(chunk_size, chunk_size, dtype=torch.bool))
-    pairwise = cumulative - cumulative.transpose(-1, -2)  # [1, Hv, n, c, c]: G_i - G_j
-    pairwise = torch.where(lower_with_diagonal, pairwise, torch.full_like(pairwise, -math.inf)).exp()
+    pairwise = torch.where(lower_with_diagonal, between, torch.full_like(between, -math.inf)).exp()
     key_beta = chunk_key * chunk_beta
     solve = _unit_lower_inverse(torch.tril((key_beta @ chunk_key.transpose(-1, -2)) * pairwise, diagonal=-1))
     new_values = solve @ (chunk_value * chunk_beta)
     decayed_keys = solve @ (key_beta * cumulative.exp())
     decayed_queries = chunk_query * cumulative.exp()
     intra = (chunk_query @ chunk_key.transpose(-1, -2)) * pairwise
-    last = cumulative[..., -1:, :]  # [1, Hv, n, 1, 1]
-    keys_to_end = (chunk_key * (last - cumulative).exp()).transpose(-1, -2)  # [1, Hv, n, dk, c]
-    chunk_decay = last.exp()
+    to_end = between[..., -1:, :].transpose(-1, -2)  # [1, Hv, n, c, 1]: G_last - G_i
+    keys_to_end = (chunk_key * to_end.exp()).transpose(-1, -2)  # [1, Hv, n, dk, c]
+    chunk_decay = cumulative[..., -1:, :].exp()  # [1, Hv, n, 1, 1]
 
     state = initial_state.unsqueeze(2)  # [1, Hv, 1, dk, dv]; empty on axis 2 once the chunks run out
     outputs, deltas = [], []
@@ -124,6 +140,7 @@ def chunk_gated_delta_rule(
     delta = torch.cat(deltas, dim=2).flatten(2, 3)[:, :, :length]
 
     total = log_decay.sum(dim=-1, keepdim=True)  # [1, Hv, 1]
-    weighted_keys = key * (total - log_decay.cumsum(dim=-1)).exp().unsqueeze(-1)
+    after = log_decay.flip(-1).cumsum(dim=-1).flip(-1) - log_decay  # [1, Hv, S]: G_S - G_t, the g after t
+    weighted_keys = key * after.exp().unsqueeze(-1)
     final_state = initial_state * total.exp().unsqueeze(-1) + weighted_keys.transpose(-1, -2) @ delta
     return output, final_state, delta

@@ -33,7 +33,8 @@ Outputs:
     [1, S, Hkv, D] (the block's K/V only); present_conv_window.{i} [1, C, W-1+S] (conv state followed by
     the block's conv inputs); present_recurrent_state.{i} [1, Hv, dk, dv] (after all S tokens);
     rollback_key.{i} [1, S, Hv, dk], rollback_delta.{i} [1, S, Hv, dv], rollback_log_decay.{i} [1, S, Hv]
-    (cumulative log decay G_t = g_1 + ... + g_t).
+    (each token's log decay g_t; the host sums them in float64: a running sum G_t computed in the graph at bf16
+    is 1 to 2 apart after 16 tokens of strong decay, and exp(G_n - G_t) would carry that error).
 
 Rollback to the first n tokens of a block, without re-running them:
     K/V: keep present_key/value[:, :n]. Conv state: present_conv_window[:, :, n : n + W - 1].
@@ -170,7 +171,7 @@ class _GatedDeltaNetWithState(nn.Module):
             beta.transpose(1, 2), recurrent_state, max_length=self.max_tokens, chunk_size=self.chunk_size)
         gate = linear.in_proj_z(hidden).reshape(-1, dim_v)
         output = linear.norm(output.transpose(1, 2).reshape(-1, dim_v), gate).reshape(1, -1, heads_v * dim_v)
-        rollback = (key, delta.transpose(1, 2), log_decay.cumsum(dim=1))
+        rollback = (key, delta.transpose(1, 2), log_decay)
         return linear.out_proj(output), conv_window, new_state, rollback
 
     @staticmethod
