@@ -174,6 +174,37 @@ def test_app_reads_a_sample_page_exactly_like_the_command_line(server, browser, 
     print(f"\nfrom server start to first text: {first_text:.1f} s; screenshot: {tmp_path / 'app.png'}")
 
 
+def test_a_typed_page_is_drawn_read_and_scored_like_the_command_line_reads_it(server, browser, tmp_path):
+    """A learner types text: the panel draws it as the tiny pair's page, reads it as the command line reads that
+    image, and shows the text typed beside the reading with its CER; the line above the controls says what the
+    tiny pair reads."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from utils.evaluation.typewriter import page_text, render_typewriter_page, typed_lines
+
+    typed_text = "def add(a, b):\n    return a + b"
+    run = _open_app(browser, server["url"])
+    assert "reads typewriter pages" in browser.find_element(By.CSS_SELECTOR, ".dspark-reach").text
+    box = browser.find_element(By.CSS_SELECTOR, ".dspark-typed textarea")
+    box.send_keys(typed_text.replace("\n", Keys.ENTER))
+    box.send_keys(Keys.TAB)  # the box sends its value when it loses the focus
+    lines = typed_lines(typed_text)
+    width = render_typewriter_page(lines).width
+    _wait(browser, lambda d: d.execute_script("return document.querySelector('img.dspark-preview').naturalWidth")
+          == width and d.execute_script("return document.querySelector('img.dspark-preview').src.length") > 0)
+    run.click()
+    speculative = _wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, "pre.dspark-speculative"))
+    image = tmp_path / "typed.png"
+    render_typewriter_page(lines).save(image)
+    expected = _command_line(image)
+    assert speculative.get_attribute("textContent") == expected["text"]
+    page_text_shown = _wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, "pre.dspark-page-text"))
+    assert page_text_shown.get_attribute("textContent") == page_text(lines)
+    cer = character_error_rate([(expected["text"], page_text(lines))])
+    assert browser.find_element(By.CSS_SELECTOR, ".dspark-cer").text == f"{cer:.1%}"
+
+
 def test_bad_input_gets_a_message_and_the_app_keeps_working(server, browser, tmp_path):
     from selenium.webdriver.common.by import By
 

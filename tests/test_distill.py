@@ -15,7 +15,7 @@ from safetensors.numpy import load_file
 from utils.checkpoint.draft import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, load_draft_checkpoint
 from utils.engine.verification import StepRecord
 from utils.evaluation.pages import printed_sample_pages
-from utils.evaluation.reading_pages import iter_reading_pages
+from utils.evaluation.reading_pages import TRAINING_KINDS, iter_reading_pages
 from utils.evaluation.typewriter import Ink
 from utils.files import sha256_file
 from utils.reference.modeling import DraftContextCache, load_reference_draft
@@ -79,7 +79,7 @@ def test_training_pages_never_show_a_line_of_the_held_out_pages():
     first, again = training_pages(3, seed=4), training_pages(3, seed=4)
     assert [page.tobytes() for page in first] == [page.tobytes() for page in again]
     typewriter = training_pages(3, seed=4, style="typewriter")  # the training split, inked at random
-    generated = itertools.islice(iter_reading_pages(seed=4, ink=Ink.random), 3)
+    generated = itertools.islice(iter_reading_pages(seed=4, kinds=TRAINING_KINDS, ink=Ink.random), 3)
     assert [page.tobytes() for page in typewriter] == [page.image.tobytes() for page in generated]
 
 

@@ -33,6 +33,18 @@ def test_the_default_pair_is_exported_once_and_again_when_the_ir_format_changes(
     assert exported == ["draft", "target"] * 2
 
 
+def test_a_target_export_is_current_only_in_this_codes_ir_format(tmp_path):
+    import json
+
+    from utils.contract import IR_FORMAT_VERSION, LANGUAGE_MODEL_CONFIG
+    from utils.models import current_target_export
+
+    assert not current_target_export(tmp_path / "none")
+    for version, current in ((IR_FORMAT_VERSION - 1, False), (IR_FORMAT_VERSION, True)):
+        (tmp_path / LANGUAGE_MODEL_CONFIG).write_text(json.dumps({"format_version": version}))
+        assert current_target_export(tmp_path) is current
+
+
 def _hub_error(kind: type[Exception]) -> Exception:
     """An instance of a huggingface_hub error without the HTTP response its constructor wants."""
     error = kind.__new__(kind)

@@ -100,3 +100,25 @@ def test_a_reading_target_sees_one_image_token_per_character_of_every_typewriter
         assert inputs.num_image_tokens == len(page.text) + 1, page.name  # every character, then the end
         pixels = inputs.pixel_values[0]
         assert pixels.shape[-1] == width * height // preprocess.config.patch_size  # unscaled
+
+
+@pytest.mark.parametrize("read, slipped", [
+    ("ab  \ncd  \nef  ", False),  # exact
+    ("ab  \ncb  \nef  ", False),  # a wrong glyph keeps the place
+    ("ab  \nab  \nef  ", True),  # a row repeated
+    ("ab  \nef  \nef  ", True),  # a row skipped
+    ("ab  \ncd  ", True),  # a row missing
+    ("ab  \ncd  cd  cd\nef  ", True),  # a row that runs on, repeating itself
+    ("ab  \ncd   \nef  ", False),  # one character too many is a glyph error, not a lost place
+])
+def test_a_row_slip_is_a_reading_that_lost_its_place(read, slipped):
+    from utils.evaluation.character_error_rate import row_slip
+
+    assert row_slip(read, "ab  \ncd  \nef  ") is slipped
+
+
+def test_a_typed_page_is_the_typed_rows_drawn_in_the_sample_pages_ink():
+    from utils.evaluation.typewriter import render_typewriter_page, typed_lines, typed_page
+
+    text = "x = 1\n\ny = [2, 3]"
+    assert typed_page(text).tobytes() == render_typewriter_page(typed_lines(text)).tobytes()

@@ -11,12 +11,15 @@ from utils.evaluation.reading_pages import sample_pages
 from utils.notebook.widgets import ocr_app, precision_widget
 
 
-def _controls(app):
-    controls, preview = app.children[0].children
-    return {"page": controls.children[0].children[0], "upload": controls.children[0].children[1],
-            "clear": controls.children[0].children[2], "prompt": controls.children[1],
-            "precision": controls.children[2], "budget": controls.children[6], "run": controls.children[7],
-            "preview": preview, "text": app.children[1], "result": app.children[2]}
+def _controls(app) -> dict:
+    """The panel's widgets by their `dspark-*` CSS class (what the browser test finds them by)."""
+    found, stack = {}, [app]
+    while stack:
+        widget = stack.pop()
+        found |= {name.removeprefix("dspark-"): widget for name in getattr(widget, "_dom_classes", ())
+                  if name.startswith("dspark-")}
+        stack.extend(getattr(widget, "children", ()))
+    return found
 
 
 def _printed(output) -> str:
@@ -149,3 +152,27 @@ def test_the_app_runs_the_pair_the_environment_names(tiny_ir):
     from utils.notebook.app import app_pair
 
     assert app_pair({"DSPARK_OCR_TARGET": str(tiny_ir[0]), "DSPARK_OCR_DRAFT": str(tiny_ir[1])}) == tiny_ir
+
+
+def test_a_typed_page_is_drawn_previewed_read_and_scored(app, tiny_ir):
+    """Text typed in the box becomes the tiny pair's typewriter page: previewed, read as that image is read, and
+    shown beside its own text with the CER; too many rows is one line in the panel."""
+    import io
+
+    from PIL import Image
+
+    from utils.evaluation.typewriter import page_text, render_typewriter_page, typed_lines
+    from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
+
+    controls = _controls(app)
+    controls["typed"].value = "x = 1\ny = [2, 3]"
+    lines = typed_lines(controls["typed"].value)
+    assert Image.open(io.BytesIO(bytes(controls["preview"].value))).size == render_typewriter_page(lines).size
+    controls["run"].click()
+    expected = SpeculativeOcrPipeline(tiny_ir[0], device="CPU", precision="f32").generate(
+        render_typewriter_page(lines), max_new_tokens=8)
+    assert _printed(controls["text"]) == expected.texts[0]
+    cer = character_error_rate([(expected.texts[0], page_text(lines))])
+    assert f"dspark-cer'>{cer:.1%}<" in _shown(controls["result"])
+    controls["typed"].value = "\n".join("row" for _ in range(7))
+    assert "a page holds 6 rows of 26 characters; this text needs 7 rows" in _printed(controls["result"])

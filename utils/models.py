@@ -17,7 +17,8 @@ from pathlib import Path
 
 from utils.contract import IR_FORMAT_VERSION
 
-__all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "default_ir_pair", "download_real_pair",
+__all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "default_ir_pair", "current_target_export",
+           "download_real_pair",
            "hub_unreachable_reason", "real_ir_pair", "missing_target_files", "missing_draft_files"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +56,17 @@ def default_ir_pair(models: Path | str | None = None) -> tuple[Path, Path]:
         export_target(pair.target, target, draft=pair.draft, overwrite=True)
     stamp.write_text(source_stamp)
     return target, draft
+
+
+def current_target_export(folder: Path | str) -> bool:
+    """Whether `folder` holds a target export that this code reads: its language-model config names this
+    `IR_FORMAT_VERSION` (an export by older code is exported again, not read)."""
+    import json
+
+    from utils.contract import LANGUAGE_MODEL_CONFIG
+
+    path = Path(folder) / LANGUAGE_MODEL_CONFIG
+    return path.is_file() and json.loads(path.read_text()).get("format_version") == IR_FORMAT_VERSION
 
 
 _PATTERNS = ("*.json", "*.safetensors", "*.jinja", "*.txt", "*.model")  # never pickles or remote code

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["edit_distance", "character_error_rate", "row_slip"]
+__all__ = ["edit_distance", "character_error_rate", "row_slip", "ROW_OVERRUN"]
 
 
 def edit_distance(read: str, truth: str) -> int:
@@ -34,13 +34,19 @@ def character_error_rate(pairs: Iterable[tuple[str, str]]) -> float:
     return edits / characters
 
 
+ROW_OVERRUN = 2  # characters a row of a reading may run past its page row before `row_slip` counts it
+
+
 def row_slip(read: str, truth: str) -> bool:
-    """Whether a reading lost its place on the page: it has another number of rows than the page, or one of its
-    rows is nearer (in edits) to another row of the page than to its own, as when a row is repeated or skipped."""
+    """Whether a reading lost its place on the page: it has another number of rows than the page, one of its rows
+    is nearer (in edits) to another row of the page than to its own, as when a row is repeated or skipped, or a row
+    runs on past its own by more than `ROW_OVERRUN` characters (it went on writing what it had just written)."""
     read_rows, truth_rows = read.split("\n"), truth.split("\n")
     if len(read_rows) != len(truth_rows):
         return True
     for index, row in enumerate(read_rows):
+        if len(row) > len(truth_rows[index]) + ROW_OVERRUN:
+            return True
         own = edit_distance(row, truth_rows[index])
         if any(edit_distance(row, other) < own for other in truth_rows):
             return True

@@ -26,8 +26,8 @@ import numpy as np
 from PIL import Image
 
 __all__ = ["CELL", "PAGE_ROWS", "PAGE_WIDTH", "PAGE_CELLS", "MAX_PAGE_CELLS", "GLYPH_ATLAS", "GLYPH_SIZES",
-           "PAGE_GLYPH_SIZE", "GLYPHS", "Ink", "page_text", "fit_page", "typed_lines", "render_typewriter_page",
-           "draw_glyph_atlas"]
+           "PAGE_GLYPH_SIZE", "GLYPHS", "Ink", "page_text", "fit_page", "typed_lines", "typed_page",
+           "render_typewriter_page", "draw_glyph_atlas"]
 
 CELL = 28  # pixels per cell side: one "4x" image token of 14-pixel patches
 # The one shape of every generated and sample page (`fit_page`): rows x characters, then the blank column. With
@@ -109,6 +109,11 @@ def typed_lines(text: str) -> list[str]:
     if len(rows) > PAGE_ROWS:
         raise ValueError(f"a page holds {PAGE_ROWS} rows of {PAGE_WIDTH} characters; this text needs {len(rows)} rows")
     return fit_page(rows)
+
+
+def typed_page(text: str) -> Image.Image:
+    """Text someone typed, drawn as the one page the tiny pair reads (`typed_lines`, in the sample pages' ink)."""
+    return render_typewriter_page(typed_lines(text))
 
 
 class Ink:

@@ -59,11 +59,13 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
             max_new_tokens: int = 512):
     """The interactive OCR panel of notebook 05 and of the Voila app (`app/speculative-ocr.ipynb`).
 
-    Pick a sample page or upload an image or a PDF (previewed; a button clears it), set the prompt, precision,
+    Pick a sample page, type a page (drawn as a typewriter page: what the tiny pair reads), or upload an image or a
+    PDF (previewed; a button clears it), set the prompt, precision,
     draft tokens per step, Markov computation, confidence threshold and token budget, and press the button:
     each page is read with the target alone and with the draft, and the panel shows the streamed text, both
-    texts side by side with an "identical" mark, a sample page's own text beside the reading with its character
-    error rate, the per-step view and the metrics. The models compile on the
+    texts side by side with an "identical" mark, a sample or typed page's own text beside the reading with its
+    character error rate, the per-step view and the metrics. A target that reads only typewriter pages (the tiny
+    pair) gets a line saying so above the controls, and a notice under a reading of any other image. The models compile on the
     first read. Every control is disabled while a read runs; any error becomes one line in the panel (the
     traceback goes to the server's log), and the panel stays usable. Every control carries a `dspark-*` CSS
     class, so a browser test can find it.
@@ -81,7 +83,9 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
     from IPython.display import HTML, Markdown
 
     from utils.checkpoint.config import DSparkConfig
+    from utils.contract.target import read_typewriter_page
     from utils.evaluation.compare import compare_runs, metrics_rows
+    from utils.evaluation.typewriter import page_text, typed_lines, typed_page
     from utils.notebook.display import markdown_table
     from utils.notebook.step_view import reading_html, side_by_side_html, step_views, steps_html
     from utils.pipeline.preprocessing.image_io import load_rgb_image
@@ -100,6 +104,8 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
     devices = device_widget() if device is None else None
     block_size = DSparkConfig.from_folder(draft).block_size
     page = widgets.Dropdown(options=[(p.name, index) for index, p in enumerate(pages)], description="Page:")
+    typed = widgets.Textarea(placeholder="or type a page here: up to 6 rows of 26 characters", rows=6,
+                             continuous_update=False, layout=widgets.Layout(width="260px"))
     upload = widgets.FileUpload(accept="image/*,.pdf,application/pdf", multiple=False, description="Upload")
     clear = widgets.Button(description="Clear upload", disabled=True)
     # The preview keeps the page's aspect ratio: no stretching to the height of the controls beside it.
@@ -115,16 +121,25 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
     budget = widgets.BoundedIntText(value=max_new_tokens, min=1, max=4096, description="Max tokens:")
     run = widgets.Button(description="Read the page", button_style="primary")
     text, result = widgets.Output(), widgets.Output()
-    inputs = [page, upload, clear, prompt, precision, assistant, markov, threshold, budget, run]
+    inputs = [page, typed, upload, clear, prompt, precision, assistant, markov, threshold, budget, run]
     if devices is not None:
         inputs.append(devices)
 
     def show_error(error: BaseException) -> None:
         result.append_stdout(error_message(error) + "\n")
 
+    def page_truth() -> str | None:
+        """The text of the page to read when the panel knows it (a sample or a typed page), else None."""
+        if upload.value:
+            return None
+        return page_text(typed_lines(typed.value)) if typed.value.strip() else pages[page.value].text
+
     def chosen_pages():
         """The pages to read, rendered on demand: (count, page number -> RGB image)."""
         if not upload.value:
+            if typed.value.strip():
+                image = typed_page(typed.value)
+                return 1, lambda _: image
             return 1, lambda _: pages[page.value].image
         uploaded = upload.value[0]
         content = bytes(uploaded["content"])
@@ -157,6 +172,7 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
 
     def read(count: int, render) -> None:
         baseline, speculative = pipelines_for(device or devices.value, precision.value)
+        truth = page_truth()
         for number in range(1, count + 1):
             if count > 1:
                 text.append_stdout(f"--- page {number} of {count} ---\n")
@@ -165,9 +181,11 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
                                 num_assistant_tokens=assistant.value, markov_head_top_k=markov.value,
                                 confidence_threshold=threshold.value, streamer=text.append_stdout)
             drafted, alone = runs["speculative"], runs["target only"]
+            if drafted.notice:
+                result.append_stdout(drafted.notice + "\n")
             result.append_display_data(HTML(side_by_side_html(drafted.texts[0], alone.texts[0])))
-            if not upload.value:  # a sample page knows its own text: show the reading beside it, with its CER
-                result.append_display_data(HTML(reading_html(drafted.texts[0], pages[page.value].text)))
+            if truth is not None:  # a sample or typed page knows its own text: the reading beside it, with its CER
+                result.append_display_data(HTML(reading_html(drafted.texts[0], truth)))
             result.append_display_data(HTML(steps_html(step_views(drafted.metrics.steps, speculative.token_text))))
             result.append_display_data(Markdown(markdown_table(metrics_rows(runs))))
             if count > 1:
@@ -189,12 +207,13 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
                 widget.disabled = disabled
             run.description = "Read the page"
 
-    named = {"page": page, "upload": upload, "clear": clear, "preview": preview, "prompt": prompt,
+    named = {"page": page, "typed": typed, "upload": upload, "clear": clear, "preview": preview, "prompt": prompt,
              "precision": precision, "assistant": assistant, "markov": markov, "threshold": threshold,
              "budget": budget, "run": run, "text": text, "result": result}
     for name, widget in named.items():
         widget.add_class(f"dspark-{name}")
     page.observe(show_preview, names="value")
+    typed.observe(show_preview, names="value")
     upload.observe(show_preview, names="value")
     clear.on_click(on_clear)
     run.on_click(on_run)
@@ -203,8 +222,19 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
     if devices is not None:
         devices.add_class("dspark-device")
         settings.insert(1, devices)
-    controls = widgets.VBox([widgets.HBox([page, upload, clear]), *settings])
-    return widgets.VBox([widgets.HBox([controls, preview]), text, result])
+    controls = widgets.VBox([widgets.HBox([page, upload, clear]), typed, *settings])
+    reach = read_typewriter_page(target)
+    header = [] if reach is None else [widgets.HTML(_reach_html(reach))]
+    return widgets.VBox([*header, widgets.HBox([controls, preview]), text, result])
+
+
+def _reach_html(reach) -> str:
+    """What a typewriter reader (the tiny pair) reads, and how to read anything else: above the panel's controls."""
+    return (f"<p class='dspark-reach'><b>The tiny pair reads typewriter pages</b>: {reach.rows} rows of "
+            f"{reach.columns} printable ASCII characters in its own font, as the sample pages and a typed page are "
+            f"drawn. An upload of any other kind (a photo, a scan, another font or page size) is read with a notice, "
+            f"and the reading means little. For real documents export the real pair (docs/real-checkpoints.md) and "
+            f"start the app with DSPARK_OCR_TARGET and DSPARK_OCR_DRAFT naming its folders.</p>")
 
 
 def _render(content: bytes, name: str | None, number: int):

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                           help="train the target to write corpus text first (learnable answers, about a minute on CPU)")
     training.add_argument("--read", action="store_true",
                           help="train the target to read typewriter pages, with the sizes of READING_PAIR (about "
-                               "40 minutes on one CPU thread with the defaults; prints its CER and learning curve)")
+                               "45 minutes on two CPU cores with the defaults; prints its CER and learning curve)")
     parser.add_argument("--pretrain-steps", metavar="N", type=count, default=PretrainConfig().steps,
                         help="training steps of --pretrain")
     parser.add_argument("--read-steps", metavar="N", type=count, default=ReaderConfig().steps,

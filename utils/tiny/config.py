@@ -164,10 +164,10 @@ class PretrainConfig:
 class ReaderConfig:
     """How `utils.tiny.reader` trains the tiny target to read generated pages (`utils.evaluation.reading_pages`).
 
-    The defaults take about 35 minutes on one CPU thread (a few minutes more go to measuring the learning curve).
+    The defaults take about 45 minutes on two CPU cores (a few minutes more go to measuring the learning curve).
     """
 
-    steps: int = 2400
+    steps: int = 3000
     examples_per_step: int = 4
     prompts: tuple[str, ...] = SAMPLE_PROMPTS
     learning_rate: float = 2e-3

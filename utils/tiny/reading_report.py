@@ -34,7 +34,7 @@ from utils.evaluation.reading_pages import TRAINING_KINDS, ReadingPage, reading_
 from utils.evaluation.typewriter import page_text, render_typewriter_page
 from utils.evaluation.written_pages import written_pages
 
-__all__ = ["READING_PAGES", "WALKS", "measure_reading", "reading_report_summary", "unseen_font_page",
+__all__ = ["READING_PAGES", "WALKS", "measure_reading", "reading_report_summary", "reading_rows", "unseen_font_page",
            "another_shape_page"]
 
 READING_PAGES = 40  # held-out generated pages read per setting
@@ -86,7 +86,8 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
 
     Args:
         root: a tiny pair folder.
-        pages: held-out generated pages per setting.
+        pages: held-out generated pages per setting; fewer than READING_PAGES (a quick check) also reads fewer
+            random, sparse and hand-written pages (half as many).
         device: the OpenVINO device.
 
     Returns:
@@ -114,7 +115,7 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
                  for name, top_k in WALKS.items()}
         alone = {"f32": _read(exact_alone, held_out), "default": _read(default_alone, held_out)}
         unseen = _read(default, [unseen_page], confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
-        written = written_pages()
+        written = written_pages() if pages >= READING_PAGES else written_pages()[:others]
         unpredictable = {
             "random": _read(default, random_pages, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD),
             "written": _read(default, written, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD),
@@ -150,6 +151,17 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
                           "tokens": shape.metrics.num_generated_tokens, "reading": shape.texts[0],
                           "cer": round(character_error_rate([(shape.texts[0], shape_page.text)]), 4)},
     }
+
+
+def reading_rows(figures: dict) -> list[dict]:
+    """`measure_reading`'s figures at the CLI's defaults, one row per kind of page: what notebook 01 tabulates."""
+    kinds = [("held-out generated pages (7 kinds)", figures["cli_defaults"], figures["pages"]),
+             ("random printable ASCII", figures["random_pages"], figures["random_pages"]["pages"]),
+             ("pages written by hand", figures["written_pages"], len(figures["written_pages"]["readings"])),
+             ("blank and short rows", figures["sparse_pages"], figures["sparse_pages"]["pages"])]
+    return [{"pages": what, "count": count, "CER": f"{part['cer']:.1%}",
+             "tokens per step": f"{part['tokens_per_step']:.2f}", "pages repeating or skipping a row": part["row_slips"]}
+            for what, part, count in kinds]
 
 
 def reading_report_summary(figures: dict) -> str:
