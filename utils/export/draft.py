@@ -175,13 +175,17 @@ def _load_checked(source: Path, drafts_per_step: int | None) -> tuple[DraftCheck
 
 
 def _exported_config(checkpoint: DraftCheckpoint) -> dict:
-    """The source's config.json stating the drafts per step once, at the top level, as the export read them
-    (`DSparkConfig`): whoever reads the exported folder (this suite, vLLM's or DeepSpec's reading) finds one count."""
+    """The source's config.json as the export read it (`DSparkConfig`): the drafts per step stated once, at the top
+    level, and a field given flat and nested with two values given the value used in both places, so whoever
+    reads the exported folder (this suite, vLLM's or DeepSpec's reading) finds what the IR was built with."""
     config = json.loads((checkpoint.folder / DRAFT_CONFIG).read_text())
     config.pop("num_speculative_tokens", None)
     for method in (config.get("speculators_config") or {}).get("proposal_methods") or []:
         method.pop("speculative_tokens", None)
-    (config.get("dflash_config") or {}).pop("block_size", None)
+    nested = config.get("dflash_config") or {}
+    nested.pop("block_size", None)
+    for key in set(nested) & set(config):
+        nested[key] = config[key]
     return config | {"block_size": checkpoint.config.block_size}
 
 
