@@ -1,15 +1,15 @@
 """A prompt in several calls at the default precision, at real size: as close to f32 as one call?
 
-    python -m benchmarks.chunked_prefill [--tokens 1881] [--calls 256 128] [--input-scale 16] [--decode 128]
+    python -m benchmarks.chunked_prefill [--tokens 512] [--calls 256 128 64] [--input-scale 16] [--decode 128]
 
 Builds the random real-size text model with a trained model's margins (`benchmarks.real_size_model`:
 `sharpen_margins`), exports its language model with calls long enough for the whole prompt, and prefills a prompt
-of `--tokens` random token ids (a page's prompt at 4x with 9 slices is 1,881 tokens) at f32 in one call, the
-reference; then at the device's default precision in one call and in calls of each `--calls` size. It prints the
-largest error of the prompt's last logits and of every position's hidden states against the reference, and,
-after each prefill, greedy decoding of `--decode` tokens at the default precision: how many tokens equal the
-one-call decoding's before the first difference. Random ids stand in for a page: the rounding is measured, not
-the text. Needs about 12 GB and 10 to 15 minutes on two cores.
+of `--tokens` random token ids at f32 in one call, the reference; then at the device's default precision in one
+call and in calls of each `--calls` size. It prints the largest error of the prompt's last logits and of every
+position's hidden states against the reference, and, after each prefill, greedy decoding of `--decode` tokens at
+the default precision: how many tokens equal the one-call decoding's before the first difference. Random ids stand
+in for a page: the rounding is measured, not the text. 512 tokens take about 15 GB and 8 minutes on two cores; a
+page's whole prompt at 4x with 9 slices (1,881 tokens) in one call did not fit in 24 GB (tracing a call that long).
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     from utils.engine.language_model import LanguageModelSession
 
     parser = command_parser("benchmarks.chunked_prefill", __doc__.split("\n\n", 2)[2])
-    parser.add_argument("--tokens", metavar="N", type=int_at_least(2), default=1881, help="prompt tokens")
-    parser.add_argument("--calls", metavar="N", type=int_at_least(1), nargs="+", default=[256, 128],
+    parser.add_argument("--tokens", metavar="N", type=int_at_least(2), default=512, help="prompt tokens")
+    parser.add_argument("--calls", metavar="N", type=int_at_least(1), nargs="+", default=[256, 128, 64],
                         help="tokens per prefill call, each measured")
     parser.add_argument("--input-scale", metavar="X", type=float_between(1.0, 1000.0), default=16.0,
                         help="sharpen_margins' input scale (16: the benchmarks' trained-like margins)")
