@@ -1,10 +1,11 @@
 """The exported DSpark draft on OpenVINO Runtime, with numpy in and out (no torch).
 
-`DraftModel` runs the backbone IR block by block and keeps the draft's context keys/values on the host, in
-preallocated buffers that grow by doubling (appending with `np.concatenate` would copy the whole cache at
-every step). `MarkovHead` runs the Markov head IR: the left-to-right walk that turns block logits into
-draft tokens in target ids, with the confidence of each. `DSparkProposer` puts the two together as the
-engine's `Proposer`. The IR layout, rt_info keys and why the walk
+`ExportedDraft` reads an exported draft folder once: its config.json and both IRs with their rt_info, checked
+against each other (and, by `check_fits`, against the target). `DraftModel` runs the backbone IR block by block
+and keeps the draft's context keys/values on the host, in preallocated buffers that grow by doubling (appending
+with `np.concatenate` would copy the whole cache at every step). `MarkovHead` runs the Markov head IR: the
+left-to-right walk that turns block logits into draft tokens in target ids, with the confidence of each.
+`DSparkProposer` puts the two together as the engine's `Proposer`. The IR layout, rt_info keys and why the walk
 lives in the graph are documented in `utils.export.draft`; the names come from `utils.contract`, so the
 runtime never imports the exporter (which needs torch).
 
@@ -15,19 +16,24 @@ Shape symbols:
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import openvino as ov
 
+from utils.checkpoint.config import DRAFT_CONFIG, DSparkConfig
+from utils.checkpoint.draft import TargetSpec, check_config_fits_target
 from utils.contract import (ANCHOR_TOKEN_ID, CONFIDENCES, DRAFT_MODEL, HIDDEN_STATES, INPUTS_EMBEDS, LAST_HIDDEN_STATE,
-                            LOGITS, MARKOV_HEAD_MODEL, POSITION_IDS, TOKEN_IDS, TOP_K, past_key, past_value,
-                            present_key, present_value, read_draft_info)
+                            LOGITS, MARKOV_HEAD_MODEL, POSITION_IDS, TOKEN_IDS, TOP_K, DraftInfo, past_key,
+                            past_value, present_key, present_value, read_draft_info)
+from utils.contract.target import ExportedTarget
 from utils.engine.device import openvino_core
 from utils.engine.proposal import Proposal
 from utils.engine.timing import Clock, StageTimer
 
-__all__ = ["ContextCache", "DraftModel", "MarkovHead", "DSparkProposer"]
+__all__ = ["ExportedDraft", "ContextCache", "DraftModel", "MarkovHead", "DSparkProposer"]
 
 
 def _read(folder: Path | str, name: str) -> ov.Model:
@@ -39,6 +45,68 @@ def _read(folder: Path | str, name: str) -> ov.Model:
 
 def _compile(model: ov.Model, device: str, properties: dict | None) -> ov.CompiledModel:
     return openvino_core().compile_model(model, device, properties or {})
+
+
+# The config.json fields the exporter also wrote into both IRs' rt_info: a folder where they differ mixes exports.
+_STATED_TWICE = ("block_size", "target_layer_ids", "mask_token_id", "vocab_size", "draft_vocab_size", "markov_rank")
+
+
+@dataclass(frozen=True)
+class ExportedDraft:
+    """What an exported DSpark draft folder holds, read once by `read` and handed to each part that runs it."""
+
+    folder: Path
+    config: DSparkConfig  # config.json as exported (the block size stated once, at the top level)
+    info: DraftInfo  # the `dspark/*` rt_info both IRs carry: what the runtime drives them with
+    draft_model: ov.Model  # `DRAFT_MODEL`, read, not compiled
+    markov_head: ov.Model  # `MARKOV_HEAD_MODEL`, read, not compiled
+
+    @classmethod
+    def read(cls, folder: Path | str) -> ExportedDraft:
+        """Reads an exported draft folder (`python -m utils.export draft`).
+
+        Raises:
+            ValueError: naming the missing file or rt_info key, or a field on which config.json and the IRs (or the
+                two IRs) disagree: a folder that mixes two exports. Export the draft again.
+        """
+        folder = Path(folder)
+        if not (folder / DRAFT_CONFIG).is_file():
+            raise ValueError(f"{folder / DRAFT_CONFIG} does not exist; export the draft first "
+                             f"(python -m utils.export draft ...)")
+        config = DSparkConfig.from_folder(folder)
+        models = [_read(folder, name) for name in (DRAFT_MODEL, MARKOV_HEAD_MODEL)]
+        info, head_info = (read_draft_info(model, source=str(folder / name))
+                           for model, name in zip(models, (DRAFT_MODEL, MARKOV_HEAD_MODEL)))
+        if head_info != info:
+            fields = [item.name for item in dataclasses.fields(DraftInfo)
+                      if getattr(info, item.name) != getattr(head_info, item.name)]
+            raise ValueError(f"{folder}: {DRAFT_MODEL} and {MARKOV_HEAD_MODEL} were exported with different "
+                             f"{', '.join(fields)}; the folder mixes two exports: export the draft again")
+        for name in _STATED_TWICE:
+            stated, exported = getattr(config, name), getattr(info, name)
+            if stated != exported:
+                raise ValueError(f"{folder / DRAFT_CONFIG}: {name}={stated}, but the IRs were exported with "
+                                 f"{name}={exported}; the folder mixes two exports: export the draft again")
+        return cls(folder, config, info, *models)
+
+    @classmethod
+    def of(cls, draft: ExportedDraft | Path | str) -> ExportedDraft:
+        """`draft` itself if already read, else `read(draft)`."""
+        return draft if isinstance(draft, ExportedDraft) else cls.read(draft)
+
+    def check_fits(self, target: ExportedTarget) -> None:
+        """Refuses a draft made for another target, naming the field (hidden size, vocabulary, layers read).
+
+        Raises:
+            ValueError: (`DraftValidationError`) the draft does not fit `target`.
+        """
+        source = str(self.folder / DRAFT_CONFIG)
+        check_config_fits_target(self.config, TargetSpec(target.hidden_size, target.vocab_size,
+                                                         target.num_hidden_layers), source=source)
+        exported_for = list(target.language_model.hidden_layer_ids)
+        if list(self.info.target_layer_ids) != exported_for:
+            raise ValueError(f"{source}: the draft reads target layers {list(self.info.target_layer_ids)}, but "
+                             f"{target.folder} was exported for layers {exported_for}")
 
 
 class ContextCache:
@@ -92,16 +160,16 @@ class ContextCache:
 class DraftModel:
     """The draft backbone IR with its context cache: one call per block, as `DSparkDraftModel.forward_block`."""
 
-    def __init__(self, folder: Path | str, device: str = "CPU", *, properties: dict | None = None):
+    def __init__(self, draft: ExportedDraft | Path | str, device: str = "CPU", *, properties: dict | None = None):
         """
         Args:
-            folder: the exported draft folder (holds `DRAFT_MODEL`).
+            draft: the exported draft folder, or the `ExportedDraft` read from it.
             device: an OpenVINO device name.
             properties: compile properties (`utils.engine.device.compile_properties`; None or {}: OpenVINO's
                 defaults, the device's own precision).
         """
-        model = _read(folder, DRAFT_MODEL)
-        self.info = read_draft_info(model, source=str(Path(folder) / DRAFT_MODEL))
+        draft = ExportedDraft.of(draft)
+        model, self.info = draft.draft_model, draft.info
         inputs = {port.get_any_name() for port in model.inputs}
         num_layers = sum(past_key(layer) in inputs for layer in range(len(inputs)))
         kv_heads, head_dim = (dim.get_length() for dim in model.input(past_key(0)).get_partial_shape()[2:])
@@ -151,17 +219,17 @@ class DraftModel:
 class MarkovHead:
     """The Markov head IR: the walk (Top-K scorer or dense) and the confidence head, in target ids."""
 
-    def __init__(self, folder: Path | str, device: str = "CPU", *, properties: dict | None = None):
+    def __init__(self, draft: ExportedDraft | Path | str, device: str = "CPU", *, properties: dict | None = None):
         """
         Args:
-            folder: the exported draft folder (holds `MARKOV_HEAD_MODEL`).
+            draft: the exported draft folder, or the `ExportedDraft` read from it.
             device: an OpenVINO device name.
             properties: compile properties (None: OpenVINO's defaults).
         """
-        model = _read(folder, MARKOV_HEAD_MODEL)
-        self.info = read_draft_info(model, source=str(Path(folder) / MARKOV_HEAD_MODEL))
+        draft = ExportedDraft.of(draft)
+        self.info = draft.info
         self.clock = Clock()
-        self._compiled = _compile(model, device, properties)
+        self._compiled = _compile(draft.markov_head, device, properties)
 
     def walk(self, logits: np.ndarray, hidden: np.ndarray, *, anchor: int, num_tokens: int,
              top_k: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -213,11 +281,12 @@ class DSparkProposer:
         self.clocks = (draft.clock, markov_head.clock)
 
     @classmethod
-    def load(cls, folder: Path | str, device: str, *, properties: dict, embed) -> DSparkProposer:
-        """Compiles the draft folder written by `utils.export.export_draft` (compile properties from
-        `utils.engine.device.compile_properties`)."""
-        return cls(DraftModel(folder, device, properties=properties),
-                   MarkovHead(folder, device, properties=properties), embed)
+    def load(cls, draft: ExportedDraft | Path | str, device: str, *, properties: dict, embed) -> DSparkProposer:
+        """Compiles the draft folder written by `utils.export.export_draft`, read once (or its `ExportedDraft`),
+        with compile properties from `utils.engine.device.compile_properties`."""
+        draft = ExportedDraft.of(draft)
+        return cls(DraftModel(draft, device, properties=properties),
+                   MarkovHead(draft, device, properties=properties), embed)
 
     def with_top_k(self, top_k: int | None) -> DSparkProposer:
         """The same compiled draft with another Markov computation (shares the models and the context cache)."""

@@ -60,172 +60,203 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
     """The interactive OCR panel of notebook 05 and of the Voila app (`app/speculative-ocr.ipynb`).
 
     Pick a sample page, type a page (drawn as a typewriter page: what the tiny pair reads), or upload an image or a
-    PDF (previewed; a button clears it), set the prompt, precision,
-    draft tokens per step, Markov computation, confidence threshold and token budget, and press the button:
-    each page is read with the target alone and with the draft, and the panel shows the streamed text, both
-    texts side by side with an "identical" mark, a sample or typed page's own text beside the reading with its
-    character error rate, the per-step view and the metrics. A target that reads only typewriter pages (the tiny
-    pair) gets a line saying so above the controls, and a notice under a reading of any other image. The models compile on the
-    first read. Every control is disabled while a read runs; any error becomes one line in the panel (the
-    traceback goes to the server's log), and the panel stays usable. Every control carries a `dspark-*` CSS
-    class, so a browser test can find it.
+    PDF (previewed; a button clears it), set the prompt, precision, draft tokens per step, Markov computation,
+    confidence threshold and token budget, and press the button: each page is read with the target alone and with
+    the draft, and the panel shows the streamed text, both texts side by side with an "identical" mark, a sample or
+    typed page's own text beside the reading with its character error rate, the per-step view and the metrics. A
+    target that reads only typewriter pages (the tiny pair) gets a line saying so above the controls, and a notice
+    under a reading of any other image. The draft folder is read once here and the models compile on the first
+    read. Every control is disabled while a read runs; any error becomes one line in the panel (the traceback goes
+    to the server's log), and the panel stays usable. Every control carries a `dspark-*` CSS class, so a browser
+    test can find it.
 
     Args:
         target: the target IR folder.
-        draft: the draft IR folder.
+        draft: the draft IR folder (or its `utils.engine.draft.ExportedDraft`).
         pages: `utils.evaluation.reading_pages.sample_pages()`.
         device: the OpenVINO device; None adds a device dropdown to the panel.
         max_new_tokens: the token budget the panel starts with (the CLI's default: a whole page).
     """
-    import io
+    return _OcrPanel(target, draft, pages, device=device, default_prompt=default_prompt,
+                     max_new_tokens=max_new_tokens).widget
 
-    import ipywidgets as widgets
-    from IPython.display import HTML, Markdown
 
-    from utils.checkpoint.config import DSparkConfig
-    from utils.contract.target import read_typewriter_page
-    from utils.evaluation.compare import compare_runs, metrics_rows
-    from utils.evaluation.typewriter import page_text, typed_lines, typed_page
-    from utils.notebook.display import markdown_table
-    from utils.notebook.step_view import reading_html, side_by_side_html, step_views, steps_html
-    from utils.pipeline.preprocessing.image_io import load_rgb_image
-    from utils.pipeline.preprocessing.pdf import PdfPages, is_pdf
-    from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
+class _OcrPanel:
+    """`ocr_app`'s state: the controls, the pipelines compiled so far, and the handlers that tie them together."""
 
-    pipelines = {}  # (device, precision) -> (baseline, speculative), compiled on first use
+    def __init__(self, target, draft, pages, *, device: str | None, default_prompt: str, max_new_tokens: int):
+        from utils.engine.draft import ExportedDraft
 
-    def pipelines_for(device_name: str, precision_name: str):
-        key = (device_name, precision_name)
-        if key not in pipelines:
-            pipelines[key] = (SpeculativeOcrPipeline(target, device=device_name, precision=precision_name),
-                              SpeculativeOcrPipeline(target, draft, device=device_name, precision=precision_name))
-        return pipelines[key]
+        self.target, self.draft, self.pages, self.device = target, ExportedDraft.of(draft), pages, device
+        self._pipelines = {}  # (device, precision) -> (baseline, speculative), compiled on first use
+        self._build_controls(default_prompt, max_new_tokens)
+        self.page.observe(self.show_preview, names="value")
+        self.typed.observe(self.show_preview, names="value")
+        self.upload.observe(self.show_preview, names="value")
+        self.clear.on_click(self.on_clear)
+        self.run.on_click(self.on_run)
+        self.show_preview()
+        self.widget = self._layout()
 
-    devices = device_widget() if device is None else None
-    block_size = DSparkConfig.from_folder(draft).block_size
-    page = widgets.Dropdown(options=[(p.name, index) for index, p in enumerate(pages)], description="Page:")
-    typed = widgets.Textarea(placeholder="or type a page here: up to 6 rows of 26 characters", rows=6,
-                             continuous_update=False, layout=widgets.Layout(width="260px"))
-    upload = widgets.FileUpload(accept="image/*,.pdf,application/pdf", multiple=False, description="Upload")
-    clear = widgets.Button(description="Clear upload", disabled=True)
-    # The preview keeps the page's aspect ratio: no stretching to the height of the controls beside it.
-    preview = widgets.Image(format="png", layout=widgets.Layout(max_width="420px", height="auto",
-                                                                align_self="flex-start", object_fit="contain"))
-    prompt = widgets.Text(value=default_prompt, description="Prompt:")
-    precision = precision_widget()
-    wide = {"description_width": "initial"}
-    assistant = widgets.IntSlider(value=block_size, min=1, max=block_size, description="Draft tokens:", style=wide)
-    markov = widgets.ToggleButtons(options=[("Top-K scorer", None), ("dense walk", 0)], description="Markov head:")
-    threshold = widgets.FloatSlider(value=DEFAULT_CONFIDENCE_THRESHOLD, min=0.0, max=1.0, step=0.05,
-                                    description="Confidence ≥", style=wide)
-    budget = widgets.BoundedIntText(value=max_new_tokens, min=1, max=4096, description="Max tokens:")
-    run = widgets.Button(description="Read the page", button_style="primary")
-    text, result = widgets.Output(), widgets.Output()
-    inputs = [page, typed, upload, clear, prompt, precision, assistant, markov, threshold, budget, run]
-    if devices is not None:
-        inputs.append(devices)
+    def _build_controls(self, default_prompt: str, max_new_tokens: int) -> None:
+        """The panel's widgets, each with its `dspark-*` class."""
+        import ipywidgets as widgets
 
-    def show_error(error: BaseException) -> None:
-        result.append_stdout(error_message(error) + "\n")
+        block_size, wide = self.draft.info.block_size, {"description_width": "initial"}
+        self.devices = device_widget() if self.device is None else None
+        self.page = widgets.Dropdown(options=[(p.name, index) for index, p in enumerate(self.pages)],
+                                     description="Page:")
+        self.typed = widgets.Textarea(placeholder="or type a page here: up to 6 rows of 26 characters", rows=6,
+                                      continuous_update=False, layout=widgets.Layout(width="260px"))
+        self.upload = widgets.FileUpload(accept="image/*,.pdf,application/pdf", multiple=False, description="Upload")
+        self.clear = widgets.Button(description="Clear upload", disabled=True)
+        # The preview keeps the page's aspect ratio: no stretching to the height of the controls beside it.
+        self.preview = widgets.Image(format="png", layout=widgets.Layout(
+            max_width="420px", height="auto", align_self="flex-start", object_fit="contain"))
+        self.prompt = widgets.Text(value=default_prompt, description="Prompt:")
+        self.precision = precision_widget()
+        self.assistant = widgets.IntSlider(value=block_size, min=1, max=block_size, description="Draft tokens:",
+                                           style=wide)
+        self.markov = widgets.ToggleButtons(options=[("Top-K scorer", None), ("dense walk", 0)],
+                                            description="Markov head:")
+        self.threshold = widgets.FloatSlider(value=DEFAULT_CONFIDENCE_THRESHOLD, min=0.0, max=1.0, step=0.05,
+                                             description="Confidence ≥", style=wide)
+        self.budget = widgets.BoundedIntText(value=max_new_tokens, min=1, max=4096, description="Max tokens:")
+        self.run = widgets.Button(description="Read the page", button_style="primary")
+        self.text, self.result = widgets.Output(), widgets.Output()
+        self.settings = [self.prompt, self.precision, self.assistant, self.markov, self.threshold, self.budget,
+                         self.run]
+        named = {"page": self.page, "typed": self.typed, "upload": self.upload, "clear": self.clear,
+                 "preview": self.preview, "prompt": self.prompt, "precision": self.precision,
+                 "assistant": self.assistant, "markov": self.markov, "threshold": self.threshold,
+                 "budget": self.budget, "run": self.run, "text": self.text, "result": self.result}
+        if self.devices is not None:
+            named["device"] = self.devices
+            self.settings.insert(1, self.devices)
+        for name, widget in named.items():
+            widget.add_class(f"dspark-{name}")
+        self.inputs = [self.page, self.typed, self.upload, self.clear, *self.settings]
 
-    def page_truth() -> str | None:
+    def _layout(self):
+        import ipywidgets as widgets
+
+        from utils.contract.target import read_typewriter_page
+
+        controls = widgets.VBox([widgets.HBox([self.page, self.upload, self.clear]), self.typed, *self.settings])
+        reach = read_typewriter_page(self.target)
+        header = [] if reach is None else [widgets.HTML(_reach_html(reach))]
+        return widgets.VBox([*header, widgets.HBox([controls, self.preview]), self.text, self.result])
+
+    def pipelines(self):
+        """(target only, speculative) for the chosen device and precision, compiled on first use."""
+        from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
+
+        key = (self.device or self.devices.value, self.precision.value)
+        if key not in self._pipelines:
+            device, precision = key
+            self._pipelines[key] = (SpeculativeOcrPipeline(self.target, device=device, precision=precision),
+                                    SpeculativeOcrPipeline(self.target, self.draft, device=device,
+                                                           precision=precision))
+        return self._pipelines[key]
+
+    def show_error(self, error: BaseException) -> None:
+        self.result.append_stdout(error_message(error) + "\n")
+
+    def page_truth(self) -> str | None:
         """The text of the page to read when the panel knows it (a sample or a typed page), else None."""
-        if upload.value:
-            return None
-        return page_text(typed_lines(typed.value)) if typed.value.strip() else pages[page.value].text
+        from utils.evaluation.typewriter import page_text, typed_lines
 
-    def chosen_pages():
+        if self.upload.value:
+            return None
+        if self.typed.value.strip():
+            return page_text(typed_lines(self.typed.value))
+        return self.pages[self.page.value].text
+
+    def chosen_pages(self):
         """The pages to read, rendered on demand: (count, page number -> RGB image)."""
-        if not upload.value:
-            if typed.value.strip():
-                image = typed_page(typed.value)
-                return 1, lambda _: image
-            return 1, lambda _: pages[page.value].image
-        uploaded = upload.value[0]
-        content = bytes(uploaded["content"])
-        if is_pdf(content) or str(uploaded.get("name", "")).lower().endswith(".pdf"):
-            with PdfPages(content, name=uploaded.get("name")) as document:
+        from utils.evaluation.typewriter import typed_page
+        from utils.pipeline.preprocessing.image_io import load_rgb_image
+        from utils.pipeline.preprocessing.pdf import PdfPages, is_pdf
+
+        if not self.upload.value:
+            image = typed_page(self.typed.value) if self.typed.value.strip() else self.pages[self.page.value].image
+            return 1, lambda _: image
+        uploaded = self.upload.value[0]
+        content, name = bytes(uploaded["content"]), uploaded.get("name")
+        if is_pdf(content) or str(name or "").lower().endswith(".pdf"):
+            with PdfPages(content, name=name) as document:
                 count = len(document)
-            return count, lambda number: _render(content, uploaded.get("name"), number)
+            return count, lambda number: _render(content, name, number)
         image = load_rgb_image(content)
         return 1, lambda _: image
 
-    def show_preview(_=None):
-        clear.disabled = not upload.value
+    def show_preview(self, _=None) -> None:
+        import io
+
+        self.clear.disabled = not self.upload.value
         try:
-            _, render = chosen_pages()
+            _, render = self.chosen_pages()
             buffer = io.BytesIO()
             render(1).convert("RGB").save(buffer, format="PNG")
         except Exception as error:  # noqa: BLE001 - any error is a message in the page, never a traceback
-            preview.value = b""
-            result.outputs = ()
-            show_error(error)
+            self.preview.value = b""
+            self.result.outputs = ()
+            self.show_error(error)
             return
-        preview.value = buffer.getvalue()
+        self.preview.value = buffer.getvalue()
 
-    def on_clear(_):
+    def on_clear(self, _) -> None:
         try:
-            upload.value = ()
-            show_preview()
+            self.upload.value = ()
+            self.show_preview()
         except Exception as error:  # noqa: BLE001
-            show_error(error)
+            self.show_error(error)
 
-    def read(count: int, render) -> None:
-        baseline, speculative = pipelines_for(device or devices.value, precision.value)
-        truth = page_truth()
+    def read(self, count: int, render) -> None:
+        """Reads each page with the target alone and with the draft, and shows both."""
+        from IPython.display import HTML, Markdown
+
+        from utils.evaluation.compare import compare_runs, metrics_rows
+        from utils.notebook.display import markdown_table
+        from utils.notebook.step_view import reading_html, side_by_side_html, step_views, steps_html
+
+        baseline, speculative = self.pipelines()
+        truth = self.page_truth()
         for number in range(1, count + 1):
             if count > 1:
-                text.append_stdout(f"--- page {number} of {count} ---\n")
-                result.append_display_data(Markdown(f"#### Page {number} of {count}"))
-            runs = compare_runs(baseline, speculative, render(number), prompt.value, max_new_tokens=budget.value,
-                                num_assistant_tokens=assistant.value, markov_head_top_k=markov.value,
-                                confidence_threshold=threshold.value, streamer=text.append_stdout)
+                self.text.append_stdout(f"--- page {number} of {count} ---\n")
+                self.result.append_display_data(Markdown(f"#### Page {number} of {count}"))
+            runs = compare_runs(baseline, speculative, render(number), self.prompt.value,
+                                max_new_tokens=self.budget.value, num_assistant_tokens=self.assistant.value,
+                                markov_head_top_k=self.markov.value, confidence_threshold=self.threshold.value,
+                                streamer=self.text.append_stdout)
             drafted, alone = runs["speculative"], runs["target only"]
             if drafted.notice:
-                result.append_stdout(drafted.notice + "\n")
-            result.append_display_data(HTML(side_by_side_html(drafted.texts[0], alone.texts[0])))
+                self.result.append_stdout(drafted.notice + "\n")
+            self.result.append_display_data(HTML(side_by_side_html(drafted.texts[0], alone.texts[0])))
             if truth is not None:  # a sample or typed page knows its own text: the reading beside it, with its CER
-                result.append_display_data(HTML(reading_html(drafted.texts[0], truth)))
-            result.append_display_data(HTML(steps_html(step_views(drafted.metrics.steps, speculative.token_text))))
-            result.append_display_data(Markdown(markdown_table(metrics_rows(runs))))
+                self.result.append_display_data(HTML(reading_html(drafted.texts[0], truth)))
+            self.result.append_display_data(HTML(steps_html(step_views(drafted.metrics.steps,
+                                                                       speculative.token_text))))
+            self.result.append_display_data(Markdown(markdown_table(metrics_rows(runs))))
             if count > 1:
-                text.append_stdout("\n")
+                self.text.append_stdout("\n")
 
-    def on_run(_):
+    def on_run(self, _) -> None:
         # Outputs are appended, not captured with `with output:`, which would show an error as a traceback.
-        enabled = {widget: widget.disabled for widget in inputs}
-        for widget in inputs:
+        enabled = {widget: widget.disabled for widget in self.inputs}
+        for widget in self.inputs:
             widget.disabled = True
-        run.description = "Reading..."
-        text.outputs, result.outputs = (), ()
+        self.run.description = "Reading..."
+        self.text.outputs, self.result.outputs = (), ()
         try:
-            read(*chosen_pages())
+            self.read(*self.chosen_pages())
         except Exception as error:  # noqa: BLE001 - any error is a message in the page, never a traceback
-            show_error(error)
+            self.show_error(error)
         finally:
             for widget, disabled in enabled.items():
                 widget.disabled = disabled
-            run.description = "Read the page"
-
-    named = {"page": page, "typed": typed, "upload": upload, "clear": clear, "preview": preview, "prompt": prompt,
-             "precision": precision, "assistant": assistant, "markov": markov, "threshold": threshold,
-             "budget": budget, "run": run, "text": text, "result": result}
-    for name, widget in named.items():
-        widget.add_class(f"dspark-{name}")
-    page.observe(show_preview, names="value")
-    typed.observe(show_preview, names="value")
-    upload.observe(show_preview, names="value")
-    clear.on_click(on_clear)
-    run.on_click(on_run)
-    show_preview()
-    settings = [prompt, precision, assistant, markov, threshold, budget, run]
-    if devices is not None:
-        devices.add_class("dspark-device")
-        settings.insert(1, devices)
-    controls = widgets.VBox([widgets.HBox([page, upload, clear]), typed, *settings])
-    reach = read_typewriter_page(target)
-    header = [] if reach is None else [widgets.HTML(_reach_html(reach))]
-    return widgets.VBox([*header, widgets.HBox([controls, preview]), text, result])
+            self.run.description = "Read the page"
 
 
 def _reach_html(reach) -> str:

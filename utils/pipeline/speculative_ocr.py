@@ -21,7 +21,7 @@ import numpy as np
 from utils.contract.target import ExportedTarget
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD, SpeculativeDecoder
 from utils.engine.device import compile_properties, inference_precision, resolve_device
-from utils.engine.draft import DSparkProposer
+from utils.engine.draft import DSparkProposer, ExportedDraft
 from utils.engine.metrics import GenerationMetrics
 from utils.engine.proposal import Proposer
 from utils.engine.timing import StageTimer
@@ -73,7 +73,8 @@ class SpeculativeOcrPipeline:
 
     Args:
         target: folder written by `utils.export.export_target`.
-        draft: folder written by `utils.export.export_draft`, or None for target-only decoding.
+        draft: folder written by `utils.export.export_draft` (or its `ExportedDraft`, read once for several
+            pipelines), or None for target-only decoding.
         proposer: a stand-in for the draft (tests, engine benchmarks); excludes `draft`.
         block_size: the largest `num_assistant_tokens` a `proposer` serves (a draft brings its own).
         device: `CPU`, `GPU`, `AUTO` or None (GPU when an Intel GPU is present).
@@ -87,9 +88,9 @@ class SpeculativeOcrPipeline:
             rendered in non-thinking mode unless this says otherwise.
     """
 
-    def __init__(self, target: Path | str, draft: Path | str | None = None, *, device: str | None = None,
-                 precision: str = "default", draft_precision: str = "default", cache_dir: Path | str | None = None,
-                 proposer: Proposer | None = None,
+    def __init__(self, target: Path | str, draft: ExportedDraft | Path | str | None = None, *,
+                 device: str | None = None, precision: str = "default", draft_precision: str = "default",
+                 cache_dir: Path | str | None = None, proposer: Proposer | None = None,
                  block_size: int | None = None, chat_template_kwargs: dict | None = None):
         import openvino_genai as ov_genai
 
@@ -120,8 +121,8 @@ class SpeculativeOcrPipeline:
         if draft is not None:
             if proposer is not None:
                 raise ValueError("pass either draft or proposer, not both")
-            self._attach_draft(Path(draft), compile_properties(self.device, precision=draft_precision,
-                                                               cache_dir=cache_dir))
+            properties = compile_properties(self.device, precision=draft_precision, cache_dir=cache_dir)
+            self._attach_draft(ExportedDraft.of(draft), properties)
         self.decoder(None)  # checks the block size against the language model now, not at the first page
 
     def _check_context_fits(self, config) -> None:
@@ -135,19 +136,10 @@ class SpeculativeOcrPipeline:
                 f"max_slice_nums <= {room // config.max_tokens_per_tile - 1} (export the target again with "
                 f"--max-slice-nums)")
 
-    def _attach_draft(self, folder: Path, properties: dict) -> None:
-        from utils.checkpoint.config import DSparkConfig
-        from utils.checkpoint.draft import TargetSpec, check_config_fits_target
-
-        config_path = folder / "config.json"
-        target = TargetSpec(self.target.hidden_size, self.target.vocab_size, self.target.num_hidden_layers)
-        check_config_fits_target(DSparkConfig.from_folder(folder), target, source=str(config_path))
-        self.proposer = DSparkProposer.load(folder, self.device, properties=properties, embed=self.embed)
-        info = self.proposer.info
-        if list(info.target_layer_ids) != self.language_model.hidden_layer_ids:
-            raise ValueError(f"{config_path}: the draft reads target layers {list(info.target_layer_ids)}, but "
-                             f"{self.target_folder} was exported for layers {self.language_model.hidden_layer_ids}")
-        self.block_size = info.block_size
+    def _attach_draft(self, draft: ExportedDraft, properties: dict) -> None:
+        draft.check_fits(self.target)
+        self.proposer = DSparkProposer.load(draft, self.device, properties=properties, embed=self.embed)
+        self.block_size = draft.info.block_size
         self.draft_inference_precision = inference_precision(self.proposer.draft.compiled)
 
     def prompt_embeddings(self, image, prompt: str = DEFAULT_PROMPT, timer: StageTimer | None = None) -> np.ndarray:
