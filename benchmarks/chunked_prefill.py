@@ -1,15 +1,20 @@
 """A prompt in several calls at the default precision, at real size: as close to f32 as one call?
 
-    python -m benchmarks.chunked_prefill [--tokens 512] [--calls 256 128 64] [--input-scale 16] [--decode 128]
+    python -m benchmarks.chunked_prefill [--tokens 512] [--longest-call N] [--calls 256 128 64] [--decode 128]
 
 Builds the random real-size text model with a trained model's margins (`benchmarks.real_size_model`:
-`sharpen_margins`), exports its language model with calls long enough for the whole prompt, and prefills a prompt
-of `--tokens` random token ids at f32 in one call, the reference; then at the device's default precision in one
-call and in calls of each `--calls` size. It prints the largest error of the prompt's last logits and of every
-position's hidden states against the reference, and, after each prefill, greedy decoding of `--decode` tokens at
-the default precision: how many tokens equal the one-call decoding's before the first difference. Random ids stand
-in for a page: the rounding is measured, not the text. 512 tokens take about 15 GB and 8 minutes on two cores; a
-page's whole prompt at 4x with 9 slices (1,881 tokens) in one call did not fit in 24 GB (tracing a call that long).
+`sharpen_margins`), exports its language model with calls of up to `--longest-call` tokens (default: the whole
+prompt), and prefills a prompt of `--tokens` random token ids at f32 in calls of that length, the reference; then
+at the device's default precision in calls of that length and of each `--calls` size. It prints the largest error
+of the prompt's last logits and of every position's hidden states against the reference, and, after each prefill,
+greedy decoding of `--decode` tokens at the default precision: how many tokens equal the first row's decoding's
+before the first difference, and how many of a speculative decoding's equal that prefill's own target-only
+decoding (verification blocks of 16 with a stand-in draft that knows the answer and is right for 5.47 tokens per
+step, as upstream's draft). Random ids stand in for a
+page: the rounding is measured, not the text. A longest call of 512 tokens takes about 15 GB and 8 minutes to
+export on two cores; a page's whole prompt at 4x with 9 slices (1,881 tokens) in one call did not fit in 24 GB
+(the conversion's memory grows with the gated delta rule's unrolled chunk slots, `--chunk-size`), so measure it
+with `--tokens 1881 --longest-call 512`.
 """
 
 from __future__ import annotations
@@ -20,25 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.real_size_model import HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model, sharpen_margins
+from benchmarks.cpu_speedup import UPSTREAM_TAU
+from benchmarks.engine_efficiency import BLOCK_SIZE, ForcedAcceptanceProposer, TableEmbeddings, tau_schedule
+from benchmarks.real_size_model import EMBEDDINGS_FILE, export_random_text_model
 from utils.cli import command_parser, float_between, int_at_least
 
 __all__ = ["main"]
-
-
-def _export(folder: Path, *, tokens: int, input_scale: float, weight_format: str) -> np.ndarray:
-    """Exports the sharpened random model (calls of up to `tokens`); returns its input embedding table."""
-    from utils.export.language_model import export_language_model
-
-    model = build_random_text_model(seed=0)
-    sharpen_margins(model, input_scale=input_scale)
-    table = model.get_input_embeddings().weight.detach().numpy().copy()
-    report = export_language_model(model, folder, hidden_layer_ids=HIDDEN_LAYER_IDS, verify_length=VERIFY_LENGTH,
-                                   prefill_chunk=tokens, weight_format=weight_format)
-    print(f"exported ({weight_format}, calls of up to {tokens} tokens) in {report['export_seconds']:.0f} s", flush=True)
-    del model
-    gc.collect()
-    return table
 
 
 def _read(session, table: np.ndarray, prompt: np.ndarray, *, chunk: int, decode: int):
@@ -58,44 +50,72 @@ def _agreeing(tokens: list[int], reference: list[int]) -> int:
     return next((index for index, (a, b) in enumerate(zip(tokens, reference)) if a != b), len(reference))
 
 
+def _speculative(session, embed, prompt: np.ndarray, target_only: list[int], *, chunk: int) -> list[int]:
+    """Greedy speculative decoding after prefilling `prompt` in calls of `chunk`: a stand-in draft proposes
+    `target_only` (that prefill's own greedy decoding), right for 5.47 tokens per step, wrong after, in blocks as
+    long as the session verifies."""
+    from utils.engine.decoder import SpeculativeDecoder
+
+    session.prefill_chunk = chunk
+    padded = target_only + [0] * session.verify_length  # a last block may reach past the budget
+    proposer = ForcedAcceptanceProposer(None, padded, schedule=tau_schedule(UPSTREAM_TAU),
+                                        vocab_size=len(embed.table))
+    decoder = SpeculativeDecoder(session, embed, stop_token_ids=(), proposer=proposer,
+                                 block_size=session.verify_length - 1)
+    return decoder.generate(embed.table[prompt], max_new_tokens=len(target_only),
+                            confidence_threshold=0.0).tokens
+
+
 def main(argv: list[str] | None = None) -> None:
     from utils.engine.device import compile_properties, openvino_core
     from utils.engine.language_model import LanguageModelSession
+    from utils.export.gated_delta import DEFAULT_CHUNK_SIZE
 
     parser = command_parser("benchmarks.chunked_prefill", __doc__.split("\n\n", 2)[2])
     parser.add_argument("--tokens", metavar="N", type=int_at_least(2), default=512, help="prompt tokens")
+    parser.add_argument("--longest-call", metavar="N", type=int_at_least(1),
+                        help="the IR's longest call, the reference's and the first row's (default: --tokens)")
     parser.add_argument("--calls", metavar="N", type=int_at_least(1), nargs="+", default=[256, 128, 64],
                         help="tokens per prefill call, each measured")
+    parser.add_argument("--chunk-size", metavar="N", type=int_at_least(1), default=DEFAULT_CHUNK_SIZE,
+                        help="tokens per chunk of the gated delta rule in the graph (64 for a 1,881-token call)")
     parser.add_argument("--input-scale", metavar="X", type=float_between(1.0, 1000.0), default=16.0,
                         help="sharpen_margins' input scale (16: the benchmarks' trained-like margins)")
-    parser.add_argument("--decode", metavar="N", type=int_at_least(0), default=128, help="greedy tokens after")
+    parser.add_argument("--decode", metavar="N", type=int_at_least(1), default=128, help="greedy tokens after")
     parser.add_argument("--weight-format", choices=("fp32", "int8"), default="fp32", help="the IR's weights")
     args = parser.parse_args(argv)
+    longest = min(args.longest_call or args.tokens, args.tokens)
     prompt = np.random.default_rng(0).integers(0, 248_000, size=args.tokens)
     with tempfile.TemporaryDirectory() as folder:
-        table = _export(Path(folder), tokens=args.tokens, input_scale=args.input_scale,
-                        weight_format=args.weight_format)
-        length = args.tokens + args.decode + 1
+        export_random_text_model(Path(folder), weight_format=args.weight_format, prefill_chunk=longest,
+                                 input_scale=args.input_scale, chunk_size=args.chunk_size)
+        embed = TableEmbeddings(np.load(Path(folder) / EMBEDDINGS_FILE, mmap_mode="r"))
+        table = embed.table
+        length = args.tokens + args.decode + 2 * BLOCK_SIZE
         exact = LanguageModelSession(folder, properties=compile_properties("CPU", precision="f32"), max_length=length)
-        reference_logits, reference_hidden, reference_tokens = _read(exact, table, prompt, chunk=args.tokens,
+        reference_logits, reference_hidden, reference_tokens = _read(exact, table, prompt, chunk=longest,
                                                                      decode=args.decode)
         del exact
         gc.collect()
         default = LanguageModelSession(folder, properties=compile_properties("CPU"), max_length=length)
         precision = openvino_core().get_property("CPU", "INFERENCE_PRECISION_HINT").to_string()
-        rows, one_call_tokens = [], None
-        for chunk in (args.tokens, *args.calls):
+        rows, first_row_tokens = [], None
+        for chunk in (longest, *args.calls):
             logits, hidden, tokens = _read(default, table, prompt, chunk=chunk, decode=args.decode)
-            one_call_tokens = one_call_tokens or tokens
+            first_row_tokens = first_row_tokens or tokens
+            speculative = _speculative(default, embed, prompt, tokens, chunk=chunk)
             rows.append((chunk, np.abs(logits - reference_logits).max(), np.abs(hidden - reference_hidden).max(),
-                         _agreeing(tokens, one_call_tokens), _agreeing(tokens, reference_tokens)))
-    print(f"\n{args.tokens}-token prompt, {precision} against f32 in one call ({args.weight_format} weights, "
-          f"input scale {args.input_scale:g})")
-    print("| tokens per call | calls | max logit error | max hidden error | greedy tokens = one call's | = f32's |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for chunk, logit_error, hidden_error, same_as_one_call, same_as_f32 in rows:
+                         _agreeing(tokens, first_row_tokens), _agreeing(tokens, reference_tokens),
+                         _agreeing(speculative, tokens)))
+    print(f"\n{args.tokens}-token prompt, {precision} against f32 in calls of {longest} "
+          f"({args.weight_format} weights, input scale {args.input_scale:g}, gated delta chunks of {args.chunk_size})")
+    print(f"| tokens per call | calls | max logit error | max hidden error | greedy tokens = calls of {longest}'s "
+          "| = f32's | speculative = target-only |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for chunk, logit_error, hidden_error, same_as_first_row, same_as_f32, speculative_same in rows:
         print(f"| {chunk} | {-(-args.tokens // chunk)} | {logit_error:.3f} | {hidden_error:.3f} | "
-              f"{same_as_one_call} of {args.decode} | {same_as_f32} of {args.decode} |")
+              f"{same_as_first_row} of {args.decode} | {same_as_f32} of {args.decode} | "
+              f"{speculative_same} of {args.decode} |")
 
 
 if __name__ == "__main__":

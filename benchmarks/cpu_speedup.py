@@ -36,10 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.engine_efficiency import (BLOCK_SIZE, EMBEDDINGS_FILE, VERIFY_LENGTH, ForcedAcceptanceProposer,
+from benchmarks.engine_efficiency import (BLOCK_SIZE, VERIFY_LENGTH, ForcedAcceptanceProposer, add_run_options,
                                           StepCounters, TableEmbeddings, check_invariant, in_round_order,
                                           prepare_draft, prepare_target, summarize, tau_schedule)
 from benchmarks.margins import LogitRecorder, top_margins
+from benchmarks.real_size_model import EMBEDDINGS_FILE
 from benchmarks.roofline import bytes_per_token, memory_bandwidth, roofline_row, weight_bytes
 from utils.cli import add_json_option, command_parser, float_between, int_at_least, write_json
 from utils.contract import LANGUAGE_MODEL_NAME
@@ -261,10 +262,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="confidence thresholds of the replayed runs, 0 to 1 (0: all 15 drafts verified)")
     parser.add_argument("--replay-draft", default="int8", choices=list(DRAFT_SETTINGS),
                         help="the draft setting the replayed runs pay for")
-    parser.add_argument("--new-tokens", metavar="N", type=int_at_least(1), default=128, help="tokens generated per run")
-    parser.add_argument("--rounds", metavar="N", type=int_at_least(1), default=2,
-                        help="interleaved repetitions of every configuration")
-    parser.add_argument("--seed", metavar="N", type=int_at_least(0), default=0, help="seed of the random contexts")
+    add_run_options(parser, new_tokens=128, rounds=2)
     add_json_option(parser, what="the settings, recorded steps and rows")
     return parser.parse_args(argv)
 

@@ -46,9 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.real_size_model import (HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model,
-                                        real_size_draft_config, real_size_text_config, sharpen_margins,
-                                        write_random_draft)
+from benchmarks.real_size_model import (EMBEDDINGS_FILE, VERIFY_LENGTH, export_random_text_model,
+                                        real_size_draft_config, real_size_text_config, write_random_draft)
 from utils.cli import add_json_option, command_parser, float_between, int_at_least, write_json
 from utils.contract import WEIGHT_FORMATS, LanguageModelConfig
 from utils.engine.decoder import SpeculativeDecoder
@@ -57,10 +56,9 @@ from utils.engine.proposal import Proposal
 from utils.engine.timing import Clock, StageTimer
 from utils.evaluation.compare import first_difference
 
-__all__ = ["TableEmbeddings", "tau_schedule", "ForcedAcceptanceProposer", "StepCounters", "in_round_order",
+__all__ = ["add_run_options", "TableEmbeddings", "tau_schedule", "ForcedAcceptanceProposer", "StepCounters", "in_round_order",
            "check_invariant", "summarize", "main"]
 
-EMBEDDINGS_FILE = "embed_tokens.npy"
 BLOCK_SIZE = VERIFY_LENGTH - 1
 PREFILL_CHUNK = 128
 COUNTERS = ("wall", "target", "session", "draft", "markov", "draft_stage", "markov_stage")
@@ -81,7 +79,6 @@ def prepare_target(work: Path, weight_format: str, *, input_scale: float | None 
     With `input_scale`, the target has trained-like margins (`benchmarks.real_size_model.sharpen_margins`) and a
     folder of its own.
     """
-    from utils.export.language_model import export_language_model
     from utils.files import atomic_directory
 
     folder = work / (f"target-{weight_format}" if input_scale is None else f"target-{weight_format}-x{input_scale:g}")
@@ -89,18 +86,9 @@ def prepare_target(work: Path, weight_format: str, *, input_scale: float | None 
         return folder
     if folder.is_dir():  # exported by an older exporter or with other lengths: export again
         shutil.rmtree(folder)
-    model = build_random_text_model(seed=0)
-    if input_scale is not None:
-        sharpen_margins(model, input_scale=input_scale)
-    print(f"random Qwen3.5 text model: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters; "
-          f"exporting ({weight_format}) ...", flush=True)
     with atomic_directory(folder) as staging:
-        np.save(staging / EMBEDDINGS_FILE, model.get_input_embeddings().weight.detach().numpy())
-        report = export_language_model(model, staging, hidden_layer_ids=HIDDEN_LAYER_IDS, prefill_chunk=PREFILL_CHUNK,
-                                       verify_length=VERIFY_LENGTH, weight_format=weight_format)
-    print(f"  exported in {report['export_seconds']:.0f} s", flush=True)
-    del model
-    gc.collect()
+        export_random_text_model(staging, weight_format=weight_format, prefill_chunk=PREFILL_CHUNK,
+                                 input_scale=input_scale)
     return folder
 
 
@@ -159,21 +147,23 @@ class ForcedAcceptanceProposer:
     discards its tokens: the first `accepted` proposals of the schedule's step are the target's known greedy
     continuation, the next one is wrong on purpose, the rest are the draft's own (random) tokens. The
     confidences are the schedule's, when it has them (a replay of recorded runs), else the draft's. It finds
-    its place in the continuation from the contexts it receives (`utils.engine.proposal`).
+    its place in the continuation from the contexts it receives (`utils.engine.proposal`). Without a draft
+    (`draft=None`) nothing is paid for and every proposal after the wrong one is wrong too.
     """
 
-    def __init__(self, draft: DSparkProposer, continuation: list[int], *,
+    def __init__(self, draft: DSparkProposer | None, continuation: list[int], *,
                  schedule: Callable[[int], tuple[int, tuple[float, ...] | None]], vocab_size: int):
         self.draft, self.continuation, self.schedule, self.vocab_size = draft, continuation, schedule, vocab_size
-        self.clocks = draft.clocks
+        self.clocks = draft.clocks if draft else ()
         self.reset()
 
     def reset(self) -> None:
-        self.draft.reset()
+        if self.draft:
+            self.draft.reset()
         self._step, self._generated = 0, None
 
     def propose(self, anchor, context, *, num_tokens, timer) -> Proposal:
-        walked = self.draft.propose(anchor, context, num_tokens=num_tokens, timer=timer)
+        walked = self.draft.propose(anchor, context, num_tokens=num_tokens, timer=timer) if self.draft else None
         self._generated = 1 if self._generated is None else self._generated + len(context)
         accepted, confidences = self.schedule(self._step)
         accepted = min(accepted, num_tokens)
@@ -181,11 +171,12 @@ class ForcedAcceptanceProposer:
         start = self._generated
         drafts = list(self.continuation[start:start + accepted])
         if accepted < num_tokens:
-            drafts.append((self.continuation[start + accepted] + 1) % self.vocab_size)
-            drafts += walked.target_ids[accepted + 1:num_tokens]
+            wrong = (self.continuation[start + accepted] + 1) % self.vocab_size
+            drafts.append(wrong)
+            drafts += walked.target_ids[accepted + 1:num_tokens] if walked else [wrong] * (num_tokens - len(drafts))
         if confidences is not None:
             confidences = (tuple(confidences) + (0.0,) * num_tokens)[:num_tokens]
-        return Proposal(tuple(drafts), walked.confidences if confidences is None else confidences)
+        return Proposal(tuple(drafts), walked.confidences if confidences is None and walked else confidences)
 
 
 class StepCounters:
@@ -201,7 +192,8 @@ class StepCounters:
 
     def _reading(self, timer: StageTimer) -> dict:
         language_model = self.decoder.language_model
-        draft, markov = (clock.seconds for clock in self.decoder.proposer.clocks) if self.decoder.proposer else (0, 0)
+        clocks = self.decoder.proposer.clocks if self.decoder.proposer else ()
+        draft, markov = (clock.seconds for clock in clocks) if clocks else (0, 0)  # a stand-in runs no IR
         stages = timer.seconds
         return {"wall": time.perf_counter(), "target": language_model.clock.seconds,
                 "session": language_model.host_seconds, "draft": draft, "markov": markov,
@@ -349,6 +341,15 @@ def print_tables(rows: list[dict]) -> None:
               f"| {row['speedup_with_first_step']:.2f}x | {'held' if row['invariant_held'] else 'BROKEN'} |")
 
 
+def add_run_options(parser: argparse.ArgumentParser, *, new_tokens: int, rounds: int) -> None:
+    """--new-tokens, --rounds and --seed: how long each run is, how often it repeats, which random contexts."""
+    parser.add_argument("--new-tokens", metavar="N", type=int_at_least(1), default=new_tokens,
+                        help="tokens generated per run")
+    parser.add_argument("--rounds", metavar="N", type=int_at_least(1), default=rounds,
+                        help="interleaved repetitions of every configuration")
+    parser.add_argument("--seed", metavar="N", type=int_at_least(0), default=0, help="seed of the random contexts")
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = command_parser("benchmarks.engine_efficiency", __doc__)
     parser.add_argument("--work", metavar="DIR", type=Path, default=Path("/tmp/dspark-engine-bench"),
@@ -364,10 +365,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--taus", metavar="X", type=float_between(1.0, VERIFY_LENGTH), nargs="+",
                         default=[2.0, 4.0, 5.47, 8.0, 16.0],
                         help=f"forced tokens per step, 1 to {VERIFY_LENGTH} (upstream's real pair: 5.47)")
-    parser.add_argument("--new-tokens", metavar="N", type=int_at_least(1), default=192, help="tokens generated per run")
-    parser.add_argument("--rounds", metavar="N", type=int_at_least(1), default=3,
-                        help="interleaved repetitions of every configuration")
-    parser.add_argument("--seed", metavar="N", type=int_at_least(0), default=0, help="seed of the random contexts")
+    add_run_options(parser, new_tokens=192, rounds=3)
     add_json_option(parser, what="the settings, rows and steps")
     return parser.parse_args(argv)
 

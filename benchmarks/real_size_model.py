@@ -23,13 +23,15 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["VERIFY_LENGTH", "HIDDEN_LAYER_IDS", "DRAFT_VOCAB_SIZE", "real_size_text_config",
-           "build_random_text_model", "sharpen_margins", "real_size_draft_config", "write_random_draft",
-           "real_size_vision_config", "real_size_image_processor", "random_target_config", "write_random_target"]
+__all__ = ["VERIFY_LENGTH", "HIDDEN_LAYER_IDS", "DRAFT_VOCAB_SIZE", "EMBEDDINGS_FILE", "real_size_text_config",
+           "build_random_text_model", "sharpen_margins", "export_random_text_model", "real_size_draft_config",
+           "write_random_draft", "real_size_vision_config", "real_size_image_processor", "random_target_config",
+           "write_random_target"]
 
 VERIFY_LENGTH = 16  # a DSpark block of 15 drafts + the anchor (DESIGN sec. 2)
 HIDDEN_LAYER_IDS = [3, 7, 11, 15, 19]
 DRAFT_VOCAB_SIZE = 114_688
+EMBEDDINGS_FILE = "embed_tokens.npy"  # the exported text model's input embeddings: the benchmarks embed by reading rows
 DRAFT_LAYERS = 5
 MARKOV_RANK = 256  # DeepSpec config/dspark/*.py
 DRAFT_EOS_TOKEN_ID = 0  # only needs to be in the sampled draft vocabulary; the benchmarks never stop at EOS
@@ -95,6 +97,41 @@ def sharpen_margins(model, *, input_scale: float, seed: int = 0) -> np.ndarray:
     model.get_input_embeddings().weight = torch.nn.Parameter(embeddings * input_scale, requires_grad=False)
     model.get_output_embeddings().weight = torch.nn.Parameter(output, requires_grad=False)
     return permutation.numpy()
+
+
+def export_random_text_model(folder: Path, *, weight_format: str, prefill_chunk: int,
+                             input_scale: float | None = None, chunk_size: int | None = None) -> dict:
+    """Exports the random real-size text model's IR into the existing `folder`, with its input embeddings.
+
+    Args:
+        folder: an existing, empty folder (the caller makes it atomic or temporary).
+        weight_format: the IR's weights (`utils.export.language_model.WEIGHT_FORMATS`).
+        prefill_chunk: the most tokens of a prefill call.
+        input_scale: gives the model trained-like margins (`sharpen_margins`); None keeps the random ones.
+        chunk_size: tokens per chunk of the gated delta rule inside the graph (None: the exporter's default).
+            Tracing unrolls one slot per chunk of the longest call, so a long call needs larger chunks to fit
+            in memory.
+
+    Returns:
+        The exporter's report (`export_language_model`).
+    """
+    import gc
+
+    from utils.export.language_model import export_language_model
+
+    model = build_random_text_model(seed=0)
+    if input_scale is not None:
+        sharpen_margins(model, input_scale=input_scale)
+    print(f"random Qwen3.5 text model: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters; "
+          f"exporting ({weight_format}, calls of up to {prefill_chunk} tokens) ...", flush=True)
+    np.save(folder / EMBEDDINGS_FILE, model.get_input_embeddings().weight.detach().numpy())
+    chunking = {} if chunk_size is None else {"chunk_size": chunk_size}
+    report = export_language_model(model, folder, hidden_layer_ids=HIDDEN_LAYER_IDS, verify_length=VERIFY_LENGTH,
+                                   prefill_chunk=prefill_chunk, weight_format=weight_format, **chunking)
+    print(f"  exported in {report['export_seconds']:.0f} s", flush=True)
+    del model
+    gc.collect()
+    return report
 
 
 def real_size_draft_config(text_config, *, block_size: int, mask_token_id: int) -> dict:

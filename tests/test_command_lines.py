@@ -121,6 +121,7 @@ def test_ocr_pages_of_an_image_is_a_mistake(empty_models, page, capsys):
     ("utils.export.__main__", ["target", "--model", ".", "--out", "x", "--prefill-chunk", "0"], "at least 1"),
     ("utils.tiny.__main__", ["--out", "x", "--block-size", "0"], "argument --block-size: 0 is out of range"),
     ("benchmarks.chunked_prefill", ["--calls", "0"], "argument --calls: 0 is out of range"),
+    ("benchmarks.chunked_prefill", ["--longest-call", "0"], "argument --longest-call: 0 is out of range"),
     ("benchmarks.cpu_speedup", ["--thresholds", "0.5", "2"], "argument --thresholds: 2 is out of range"),
     ("benchmarks.cpu_speedup", ["--precisions", "bf16"], "argument --precisions: invalid choice: 'bf16'"),
     ("benchmarks.cpu_speedup", ["--input-scale", "0"], "argument --input-scale: 0 is out of range"),

@@ -84,6 +84,22 @@ def test_forced_acceptance_reaches_the_requested_tokens_per_step_and_counts_each
         assert all(step["wall"] >= step["target"] + step["draft"] + step["markov"] for step in steps)
 
 
+def test_forced_acceptance_without_a_draft_proposes_the_schedule_and_nothing_else(text_only):
+    """`benchmarks.chunked_prefill`'s stand-in: no draft to pay for, right for the schedule's count, wrong after."""
+    session, embed, _, prompt = text_only
+    reference, _, _ = StepCounters(SpeculativeDecoder(session, embed, stop_token_ids=())).run(prompt, 40)
+    forced = ForcedAcceptanceProposer(None, reference + [0] * 8, schedule=tau_schedule(3.5),
+                                      vocab_size=session.config.vocab_size)
+    counters = StepCounters(SpeculativeDecoder(session, embed, stop_token_ids=(), proposer=forced, block_size=6))
+    tokens, steps, _ = counters.run(prompt, 40)
+    assert tokens == reference and forced.clocks == ()
+    assert all(step["draft"] == step["markov"] == 0 for step in steps)
+    emitted = [len(step.emitted) for step in counters.last_steps[1:-1]]
+    assert emitted == [tau_schedule(3.5)(index)[0] + 1 for index in range(len(emitted))]
+    drafted = counters.last_steps[1].drafted
+    assert len(drafted) == 6 and len(set(drafted[emitted[0]:])) == 1  # every draft after the wrong one is wrong
+
+
 def test_a_replay_verifies_only_the_confident_prefix_and_keeps_the_output(text_only):
     """The threshold cuts each step at its first doubtful draft: the verification is shorter, the tokens the same."""
     session, embed, proposer, prompt = text_only

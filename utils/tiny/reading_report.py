@@ -153,15 +153,19 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
     }
 
 
+def _page_kinds(figures: dict) -> list[tuple[str, dict, int]]:
+    """(kind of page, its figures at the CLI's defaults, pages read), the held-out generated pages first."""
+    return [("held-out generated pages (7 kinds)", figures["cli_defaults"], figures["pages"]),
+            ("random printable ASCII", figures["random_pages"], figures["random_pages"]["pages"]),
+            ("pages written by hand", figures["written_pages"], len(figures["written_pages"]["readings"])),
+            ("blank and short rows", figures["sparse_pages"], figures["sparse_pages"]["pages"])]
+
+
 def reading_rows(figures: dict) -> list[dict]:
     """`measure_reading`'s figures at the CLI's defaults, one row per kind of page: what notebook 01 tabulates."""
-    kinds = [("held-out generated pages (7 kinds)", figures["cli_defaults"], figures["pages"]),
-             ("random printable ASCII", figures["random_pages"], figures["random_pages"]["pages"]),
-             ("pages written by hand", figures["written_pages"], len(figures["written_pages"]["readings"])),
-             ("blank and short rows", figures["sparse_pages"], figures["sparse_pages"]["pages"])]
     return [{"pages": what, "count": count, "CER": f"{part['cer']:.1%}",
              "tokens per step": f"{part['tokens_per_step']:.2f}", "pages repeating or skipping a row": part["row_slips"]}
-            for what, part, count in kinds]
+            for what, part, count in _page_kinds(figures)]
 
 
 def reading_report_summary(figures: dict) -> str:
@@ -175,12 +179,9 @@ def reading_report_summary(figures: dict) -> str:
     lines += [f"    f32, every draft verified, {name}: {walk['tokens_per_step']:.2f} tokens per step, "
               f"confidence AUC {walk['confidence_auc']}" for name, walk in walks.items()]
     lines.append(f"    held-out pages repeating or skipping a row: {cli['row_slips']} of {pages}")
-    for name, what in (("random_pages", "random printable ASCII"), ("written_pages", "pages written by hand"),
-                       ("sparse_pages", "blank and short rows")):
-        part = figures[name]
+    for what, part, count in _page_kinds(figures)[1:]:
         lines.append(f"    {what}: CER {part['cer']:.1%}, {part['tokens_per_step']:.2f} tokens per step, "
-                     f"{part['row_slips']} of {len(part.get('readings', {})) or part['pages']} pages repeating or "
-                     f"skipping a row")
+                     f"{part['row_slips']} of {count} pages repeating or skipping a row")
     shape = figures["another_shape"]
     lines.append(f"    an image of another shape ({shape['image_size'][0]} x {shape['image_size'][1]} px): "
                  f"{shape['tokens']} tokens, notice: {'yes' if shape['notice'] else 'NO'}")
