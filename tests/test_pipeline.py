@@ -109,6 +109,9 @@ def test_confidence_threshold_keeps_the_output(tiny_ir, answer):
     result = pipeline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=48, confidence_threshold=0.5)
     assert tuple(result.tokens) == expected
     assert any(len(step.drafted) < 8 for step in result.metrics.steps[1:])
+    for step in result.metrics.steps[1:]:  # what was not verified is recorded as cut, with its confidences
+        assert len(step.drafted) + len(step.cut) == 8 and len(step.cut_confidences) == len(step.cut)
+        assert all(c < 0.5 for c in step.cut_confidences[:1]) and all(c >= 0.5 for c in step.confidences)
 
 
 def test_bad_input_fails_clearly(pipelines, tmp_path):

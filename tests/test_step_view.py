@@ -29,6 +29,16 @@ def test_each_draft_is_accepted_first_rejected_or_discarded_and_the_bonus_follow
     assert [view.accepted + (view.bonus is not None) for view in views] == [len(step.emitted) for step in steps]
 
 
+def test_drafts_the_confidence_cut_left_unverified_are_shown_apart():
+    step = StepRecord(drafted=(1, 2), emitted=(1, 5), confidences=(0.9, 0.6), cut=(3, 4), cut_confidences=(0.4, 0.2))
+    view = step_views([step], _text)[0]
+    assert [t.status for t in view.drafts] == ["accepted", "rejected"] and view.accepted == 1
+    assert [(t.text, t.status, t.confidence) for t in view.cut] == [("d", "cut", 0.4), ("e", "cut", 0.2)]
+    page = steps_html([view])
+    assert "1 of 2" in page and page.count('title="cut"') == 3  # the legend's chip and the two cut drafts
+    assert "cut, not verified" in page
+
+
 def test_html_shows_every_step_and_escapes_text():
     views = step_views([StepRecord(drafted=(1,), emitted=(2,), confidences=(0.25,))], lambda ids: "<b>\n")
     page = steps_html(views)

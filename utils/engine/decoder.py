@@ -137,6 +137,4 @@ class SpeculativeDecoder:
             accepted = accepted_prefix_length(drafts, target_argmax)
             self.language_model.accept(accepted + 1)
         emitted = emitted_tokens(target_argmax, accepted, eos_token_ids=self.stop_token_ids, budget=budget)
-        confidences = None if proposal.confidences is None else proposal.confidences[:len(drafts)]
-        step = StepRecord(drafted=tuple(drafts), emitted=tuple(emitted), confidences=confidences)
-        return step, verify_hidden[:accepted + 1]
+        return StepRecord.from_proposal(proposal, len(drafts), emitted), verify_hidden[:accepted + 1]

@@ -151,7 +151,15 @@ class LanguageModelSession:
 
     def recurrent_state(self, layer: int) -> np.ndarray:
         """A copy of the committed recurrent state [1, Hv, dk, dv] of linear-attention layer `layer`."""
-        name = past_recurrent_state(layer)
+        return self._linear_state_copy(past_recurrent_state, layer)
+
+    def conv_state(self, layer: int) -> np.ndarray:
+        """A copy of the committed conv window [1, channels, kernel - 1] of linear-attention layer `layer`: the
+        inputs of its last tokens, which the short causal convolution reads with the next ones."""
+        return self._linear_state_copy(past_conv_state, layer)
+
+    def _linear_state_copy(self, port_name, layer: int) -> np.ndarray:
+        name = port_name(layer)
         if name not in self._linear_state:
             raise ValueError(f"layer {layer} has no linear attention; linear layers: {self._linear_layers}")
         return self._linear_state[name].copy()
@@ -168,7 +176,7 @@ class LanguageModelSession:
 
         These are what `accept` keeps a prefix of: the block's K/V (`present_key(i)`) and the rollback terms of
         each linear-attention layer (`rollback_key(i)`, `rollback_delta(i)`, `rollback_log_decay(i)`), so a
-        reader can redo the cut and the rollback by hand (notebook 05).
+        reader can redo the cut and the rollback by hand (notebook 07).
         """
         if self._pending is None:
             raise ValueError("verified_output() needs a verify() call not yet accepted")

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from utils.engine.proposal import Proposal
+
 __all__ = ["accepted_prefix_length", "emitted_tokens", "StepRecord", "mean_tokens_per_step"]
 
 
@@ -44,7 +46,18 @@ class StepRecord:
 
     drafted: tuple[int, ...]  # the draft tokens verified, in target ids
     emitted: tuple[int, ...]
-    confidences: tuple[float, ...] | None = None
+    confidences: tuple[float, ...] | None = None  # of the drafts verified
+    cut: tuple[int, ...] = ()  # the drafts after them that the confidence cut left unverified
+    cut_confidences: tuple[float, ...] | None = None
+
+    @classmethod
+    def from_proposal(cls, proposal: Proposal, verified: int, emitted: Sequence[int]) -> StepRecord:
+        """The step that verified the first `verified` drafts of `proposal` and emitted `emitted`."""
+        confidences = proposal.confidences
+        return cls(drafted=tuple(proposal.target_ids[:verified]), emitted=tuple(emitted),
+                   confidences=None if confidences is None else tuple(confidences[:verified]),
+                   cut=tuple(proposal.target_ids[verified:]),
+                   cut_confidences=None if confidences is None else tuple(confidences[verified:]))
 
     @property
     def accepted(self) -> int:

@@ -1,7 +1,8 @@
 """What each speculative step did, as HTML for the notebooks and the OCR panel (no torch, no widgets).
 
 Per verification step: the drafted tokens as text, coloured accepted / first rejected / discarded, the
-target's bonus token (its own next token, emitted in every step), and each draft's confidence. And the
+target's bonus token (its own next token, emitted in every step), the drafts the confidence cut left unverified,
+and each draft's confidence. And the
 speculative text beside the target-only text, with a mark saying whether they are identical; and what was read
 beside the page's own text, with its character error rate.
 """
@@ -18,7 +19,8 @@ from utils.evaluation.compare import first_difference
 
 __all__ = ["DraftToken", "StepView", "step_views", "steps_html", "side_by_side_html", "reading_html"]
 
-_COLOURS = {"accepted": "#c8e6c9", "rejected": "#ffcdd2", "discarded": "#eeeeee", "bonus": "#bbdefb"}
+_COLOURS = {"accepted": "#c8e6c9", "rejected": "#ffcdd2", "discarded": "#eeeeee", "bonus": "#bbdefb",
+            "cut": "#e1bee7"}
 
 
 @dataclass(frozen=True)
@@ -26,18 +28,19 @@ class DraftToken:
     """One token of a step as the view shows it."""
 
     text: str
-    status: str  # "accepted", "rejected" (the first mismatch), "discarded" (after it) or "bonus"
+    status: str  # "accepted", "rejected" (the first mismatch), "discarded" (after it), "bonus" or "cut" (not verified)
     confidence: float | None = None
 
 
 @dataclass(frozen=True)
 class StepView:
     """One target pass: its drafts in order, then the target's bonus token (None when EOS or the budget cut
-    the step inside the accepted drafts)."""
+    the step inside the accepted drafts), then the drafts the confidence cut kept from the target."""
 
     index: int
     drafts: tuple[DraftToken, ...]
     bonus: DraftToken | None
+    cut: tuple[DraftToken, ...] = ()
 
     @property
     def accepted(self) -> int:
@@ -66,7 +69,10 @@ def step_views(steps: Sequence[StepRecord], detokenize: Callable[[list[int]], st
                 status = "discarded"
             drafts.append(DraftToken(detokenize([token]), status, confidence))
         bonus = None if accepted >= len(step.emitted) else DraftToken(detokenize([step.emitted[accepted]]), "bonus")
-        views.append(StepView(index, tuple(drafts), bonus))
+        cut_confidences = step.cut_confidences or (None,) * len(step.cut)
+        cut = tuple(DraftToken(detokenize([token]), "cut", confidence)
+                    for token, confidence in zip(step.cut, cut_confidences))
+        views.append(StepView(index, tuple(drafts), bonus, cut))
     return views
 
 
@@ -89,11 +95,13 @@ def steps_html(views: Sequence[StepView]) -> str:
     rows = "".join(
         f"<tr><td>{view.index}</td><td style='text-align:left'>{''.join(_chip(t) for t in view.drafts)}</td>"
         f"<td style='text-align:left'>{_chip(view.bonus) if view.bonus else ''}</td>"
-        f"<td>{view.accepted} of {len(view.drafts)}</td></tr>"
+        f"<td>{view.accepted} of {len(view.drafts)}</td>"
+        f"<td style='text-align:left'>{''.join(_chip(t) for t in view.cut)}</td></tr>"
         for view in views)
     return (f"<div>{legend} &nbsp; small numbers: the confidence head's predicted acceptance</div>"
             f"<table class='dspark-steps'><tr><th>step</th><th style='text-align:left'>drafted tokens</th>"
-            f"<th style='text-align:left'>bonus</th><th>accepted</th></tr>{rows}</table>")
+            f"<th style='text-align:left'>bonus</th><th>accepted</th>"
+            f"<th style='text-align:left'>cut, not verified</th></tr>{rows}</table>")
 
 
 def side_by_side_html(speculative: str, target_only: str) -> str:

@@ -124,8 +124,7 @@ def speculative_generate(runner: TargetRunner, drafter: Proposer, inputs: dict, 
         accepted = accepted_prefix_length(drafts, target_argmax)
         emitted = emitted_tokens(target_argmax, accepted, eos_token_ids=eos_token_ids,
                                  budget=max_new_tokens - len(result.tokens))
-        confidences = None if proposal.confidences is None else tuple(proposal.confidences[:len(drafts)])
-        result.steps.append(StepRecord(drafted=tuple(drafts), emitted=tuple(emitted), confidences=confidences))
+        result.steps.append(StepRecord.from_proposal(proposal, len(drafts), emitted))
         result.tokens.extend(emitted)
         kept = sequence.shape[1] + accepted + 1  # the anchor and the accepted drafts now have target states
         sequence, new_hidden = verified[:, :kept], hidden[:, sequence.shape[1]:kept]
