@@ -4,6 +4,8 @@ Shared by the tiny draft's held-out check and the benchmark. Conventions:
 - a step emits `t_0 .. t_a`: `a` drafts were accepted (`StepRecord.accepted`), tokens per step is `a + 1`;
 - draft position k (1-based) is *reached* when the k-1 drafts before it were accepted (and the step was not
   cut by EOS or the budget before it); its conditional acceptance is P(accepted | reached);
+- its share of acceptance is P(accepted | verified): every step that verified a draft at k counts, so the share
+  falls along the block as each position adds one more chance to fail;
 - the confidence head predicts that conditional acceptance, so only reached positions are scored.
 """
 
@@ -16,7 +18,7 @@ import numpy as np
 from utils.engine.verification import StepRecord
 
 __all__ = ["confidence_auc", "scored_positions", "tokens_per_step_histogram", "conditional_acceptance",
-           "reliability_bins", "replay_threshold"]
+           "acceptance_by_position", "reliability_bins", "replay_threshold"]
 
 
 def confidence_auc(scores: Sequence[float], accepted: Sequence[bool]) -> float:
@@ -88,6 +90,27 @@ def conditional_acceptance(steps: Sequence[StepRecord]) -> list[dict]:
         rows.append({"position": position, "reached": reached, "accepted": accepted,
                      "rate": accepted / reached if reached else float("nan")})
     return rows
+
+
+def acceptance_by_position(steps: Sequence[StepRecord]) -> list[dict]:
+    """Per draft position k = 1, 2, ... (up to the drafts per step): how many steps verified a draft there, how many
+    accepted it, and the share accepted / verified.
+
+    Greedy verification accepts draft k only with every draft before it, so a step whose earlier draft was
+    rejected counts as verified and not accepted at k. Positions after a cut by EOS or the budget were never
+    checked and count in neither. With every position verified and no cut, 1 + the sum of the shares is the
+    mean tokens per drafting step.
+    """
+    drafting = _drafting_steps(steps)
+    if not drafting:
+        return []
+    accepted, observed = np.array([_accepted_and_observed(step) for step in drafting]).T
+    drafted = np.array([len(step.drafted) for step in drafting])
+    positions = np.arange(1, drafted.max() + 1)[:, None]  # one row per position, one column per step
+    verified = (positions <= drafted) & ((observed > accepted) | (positions <= accepted))
+    hits = positions <= accepted
+    return [{"position": int(k), "verified": int(n), "accepted": int(a), "share": float(a / n) if n else float("nan")}
+            for k, n, a in zip(positions[:, 0], verified.sum(axis=1), hits.sum(axis=1))]
 
 
 def reliability_bins(scores: Sequence[float], accepted: Sequence[bool], *, bins: int = 10) -> list[dict]:

@@ -1,9 +1,10 @@
-"""Matplotlib figures of a benchmark results document (`utils.evaluation.benchmark.run_benchmark`), a question each."""
+"""Matplotlib figures of a benchmark results document (`utils.evaluation.benchmark.run_benchmark`) and of acceptance
+statistics (`utils.evaluation.acceptance`), a question each."""
 
 from __future__ import annotations
 
-__all__ = ["plot_tokens_per_step_histogram", "plot_conditional_acceptance", "plot_sweep", "plot_configurations",
-           "plot_time_breakdown", "plot_reliability"]
+__all__ = ["plot_tokens_per_step_histogram", "plot_conditional_acceptance", "plot_acceptance_by_position",
+           "plot_sweep", "plot_configurations", "plot_time_breakdown", "plot_reliability"]
 
 
 def _axes(ax, title: str):
@@ -44,6 +45,20 @@ def plot_conditional_acceptance(results: dict, configs: list[dict] | None = None
     ax.set_xlabel("draft position k")
     ax.set_ylabel("P(accepted | positions before accepted)")
     ax.set_ylim(0, 1.15)
+    ax.legend(fontsize=8, loc="lower left")
+    return ax
+
+
+def plot_acceptance_by_position(curves: dict[str, list[dict]], ax=None):
+    """The share of steps that accepted draft position k among those that verified it, one line per way of drafting
+    (`utils.evaluation.acceptance.acceptance_by_position` rows by name): how fast it falls along the block."""
+    ax = _axes(ax, "Acceptance along the block: share of steps that accepted draft position k")
+    for name, rows in curves.items():
+        ax.plot([row["position"] for row in rows], [row["share"] for row in rows], marker="o", label=name)
+    ax.set_xticks(sorted({row["position"] for rows in curves.values() for row in rows}))
+    ax.set_xlabel("draft position k in the block")
+    ax.set_ylabel("accepted / verified at position k")
+    ax.set_ylim(0, 1.05)
     ax.legend(fontsize=8, loc="lower left")
     return ax
 
