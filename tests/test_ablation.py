@@ -1,4 +1,4 @@
-"""The ablations of notebook 05: the per-position argmax is the Top-1 scorer, and the rows count what they say."""
+"""The ablations of notebook 07: the per-position argmax is the Top-1 scorer, and the rows count what they say."""
 
 from __future__ import annotations
 

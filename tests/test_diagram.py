@@ -1,4 +1,4 @@
-"""The step diagram of notebook 05 is drawn by the suite's code, and the committed file is that drawing."""
+"""The step diagram of notebook 07 is drawn by the suite's code, and the committed file is that drawing."""
 
 from __future__ import annotations
 

@@ -159,7 +159,7 @@ def test_verify_then_accept_continues_like_transformers(session, target, verify_
 
 
 def test_the_cut_and_the_rollback_redone_from_the_verified_outputs_give_the_accepted_state(session, verify_case):
-    """What notebook 05 does by hand: keep the first n K/V rows, rebuild the recurrent state, compare."""
+    """What notebook 07 does by hand: keep the first n K/V rows, rebuild the recurrent state, compare."""
     linear, full = session.linear_attention_layers[0], next(
         layer for layer in range(len(session.config.layer_types)) if layer not in session.linear_attention_layers)
     for accepted in (3, 9):

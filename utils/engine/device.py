@@ -8,7 +8,7 @@ Precision is a choice (`PRECISIONS`): `"f32"` is exact (speculative output equal
 for token, and OpenVINO matches PyTorch); `"default"` is the device's own inference precision, bf16 on CPUs
 with AMX/AVX-512-BF16 (like this one), f16 on GPUs, and much faster there. At reduced precision a verification
 of several tokens can round differently from single decode steps, so a near-tie between the target's top
-two candidates can flip (notebook 05 measures it).
+two candidates can flip (notebook 07 measures it).
 """
 
 from __future__ import annotations

@@ -69,24 +69,29 @@ def top2_margin(pipeline, image, prompt: str, prefix: list[int]) -> float:
 
 
 def precision_study(pipelines: dict[str, tuple], exact_baseline, cases, *, max_new_tokens: int = 512) -> list[dict]:
-    """Speculative vs target-only output at each precision, case by case.
+    """Speculative vs target-only output at each precision, case by case, and the target's own text against f32.
 
     Args:
         pipelines: precision -> (target-only pipeline, speculative pipeline) at that precision.
-        exact_baseline: a target-only pipeline at f32, which measures the margin at each first difference.
+        exact_baseline: a target-only pipeline at f32: the target's exact text, and the margin at each first
+            difference.
         cases: (name, image, prompt) triples.
 
     Returns:
-        One row per (case, precision): whether the texts are identical, the first differing token and the
-        f32 top-2 margin there (None when identical).
+        One row per (case, precision): whether the speculative text is the target-only text at that precision
+        ("identical"), the first differing token and the f32 top-2 margin there (None when identical), and whether
+        the target-only text at that precision is its f32 text ("target as at f32": rounding can change the
+        target's own reading, draft or no draft).
     """
     rows = []
     for name, image, prompt in cases:
+        exact = exact_baseline.generate(image, prompt, max_new_tokens=max_new_tokens).tokens
         for precision, (alone, speculative) in pipelines.items():
-            reference = alone.generate(image, prompt, max_new_tokens=max_new_tokens).tokens
+            reference = exact if alone is exact_baseline else alone.generate(image, prompt,
+                                                                             max_new_tokens=max_new_tokens).tokens
             tokens = speculative.generate(image, prompt, max_new_tokens=max_new_tokens).tokens
             index = first_difference(tokens, reference)
             margin = None if index is None else top2_margin(exact_baseline, image, prompt, reference[:index])
             rows.append({"case": name, "precision": precision, "identical": index is None,
-                         "first difference": index, "f32 top-2 margin": margin})
+                         "first difference": index, "f32 top-2 margin": margin, "target as at f32": reference == exact})
     return rows

@@ -1,7 +1,7 @@
 """The diagram of one speculative step, drawn with matplotlib: drafting, verification, the accept rule and the
 rollback, on symbols (an example step of 5 drafts where 3 are accepted), not on measured tokens.
 
-`python -m utils.notebook.diagram docs/speculative-step.svg` writes the file notebook 05 shows.
+`python -m utils.notebook.diagram docs/speculative-step.svg` writes the file notebook 07 shows.
 """
 
 from __future__ import annotations
