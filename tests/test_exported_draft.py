@@ -90,3 +90,11 @@ def test_a_folder_without_config_says_to_export(tiny_ir, tmp_path):
     (copy / "config.json").unlink()
     with pytest.raises(ValueError, match="config.json does not exist; export the draft first"):
         ExportedDraft.read(copy)
+
+
+def test_an_ir_that_cannot_be_read_is_named(tiny_ir, tmp_path):
+    copy = _copy(tiny_ir[1], tmp_path)
+    graph = copy / DRAFT_MODEL
+    graph.write_bytes(graph.read_bytes()[:len(graph.read_bytes()) // 2])
+    with pytest.raises(ValueError, match=f"{DRAFT_MODEL}: OpenVINO cannot read this IR .*export the draft again"):
+        ExportedDraft.read(copy)

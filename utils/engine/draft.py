@@ -40,7 +40,11 @@ def _read(folder: Path | str, name: str) -> ov.Model:
     path = Path(folder) / name
     if not path.is_file():
         raise ValueError(f"{path} does not exist; export the draft first (python -m utils.export draft ...)")
-    return openvino_core().read_model(path)
+    try:
+        return openvino_core().read_model(path)
+    except RuntimeError as error:  # a truncated or foreign file: say which, not OpenVINO's parser stack
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        raise ValueError(f"{path}: OpenVINO cannot read this IR ({first_line}); export the draft again") from error
 
 
 def _compile(model: ov.Model, device: str, properties: dict | None) -> ov.CompiledModel:
