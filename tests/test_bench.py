@@ -11,7 +11,7 @@ from utils.bench import main
 from utils.engine.verification import StepRecord
 from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, replay_threshold,
                                          scored_positions, tokens_per_step_histogram)
-from utils.evaluation.benchmark import BenchConfig, markdown_report, run_benchmark, summarize
+from utils.evaluation.benchmark import THRESHOLD_SWEEP, BenchConfig, markdown_report, run_benchmark, summarize
 
 PREFILL = StepRecord(drafted=(), emitted=(7,))
 STEPS = [  # four drafting steps of 3 drafts: accepted 0, 3, 1, 2
@@ -104,7 +104,7 @@ def results(tiny_ir):
 def test_results_schema_and_invariant(results):
     """The draft at the device's own precision (bf16 here) never changes the f32 target's output."""
     json.dumps(results, allow_nan=False)  # valid JSON: no NaN
-    assert results["schema_version"] == 4 and results["draft_precision"] == "default"
+    assert results["schema_version"] == 5 and results["draft_precision"] == "default"
     assert results["output_mismatches"] == []
     assert results["repeats"] == 2 and results["precision"] == "f32" and results["inference_precision"] == "f32"
     names = [config["name"] for config in results["configurations"]]
@@ -119,6 +119,11 @@ def test_results_schema_and_invariant(results):
     assert baseline["speedup"] == 1.0 and baseline["mean_tokens_per_step"] == 1.0
     assert baseline["speedup_by_repeat"] == [1.0, 1.0]
     assert results["configurations"][1]["generated_tokens"] == baseline["generated_tokens"]
+    sweep = results["configurations"][1]["confidence"]["threshold_sweep"]
+    assert [row["threshold"] for row in sweep] == list(THRESHOLD_SWEEP)
+    assert sweep[0]["drafts verified at threshold"] == sweep[0]["drafts verified"]  # threshold 0 verifies all
+    verified = [row["drafts verified at threshold"] for row in sweep]
+    assert verified == sorted(verified, reverse=True), "a higher threshold never verifies more"
 
 
 def test_markdown_report_has_the_seed_table_shape(results):
@@ -150,7 +155,8 @@ def test_every_plot_labels_its_axes_and_shows_a_legend_or_title(results):
     names = [config["name"] for config in results["configurations"][1:]]
     axes = [plots.plot_tokens_per_step_histogram(top_k), plots.plot_conditional_acceptance(results),
             plots.plot_sweep(results, "draft"), plots.plot_configurations(results, names, "formats"),
-            plots.plot_time_breakdown(results), plots.plot_reliability(top_k)]
+            plots.plot_time_breakdown(results), plots.plot_reliability(top_k),
+            plots.plot_threshold_sweep(top_k, default=0.5)]
     for ax in axes:
         assert ax.get_xlabel() or ax.get_xticklabels(), ax.get_title()
         assert ax.get_ylabel() and ax.get_title()

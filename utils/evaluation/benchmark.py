@@ -24,9 +24,11 @@ from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc,
                                          scored_positions, tokens_per_step_histogram)
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
-__all__ = ["SCHEMA_VERSION", "BenchConfig", "summarize", "run_benchmark", "markdown_report", "configurations"]
+__all__ = ["SCHEMA_VERSION", "THRESHOLD_SWEEP", "BenchConfig", "summarize", "run_benchmark", "markdown_report", "configurations"]
 
-SCHEMA_VERSION = 4  # 4: configuration names say "N drafts"; speedup_by_repeat; confidence.default_threshold
+SCHEMA_VERSION = 5  # 4: configuration names say "N drafts"; speedup_by_repeat; confidence.default_threshold
+# 5: confidence.threshold_sweep
+THRESHOLD_SWEEP = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # replayed on every configuration
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,8 @@ def summarize(runs: list[dict]) -> dict:
         "time_breakdown_s": stages,
         "confidence": {"auc": confidence_auc(scores, accepted), "reliability": reliability_bins(scores, accepted),
                        "scores": scores, "accepted": accepted,
-                       "default_threshold": replay_threshold(steps, DEFAULT_CONFIDENCE_THRESHOLD)},
+                       "default_threshold": replay_threshold(steps, DEFAULT_CONFIDENCE_THRESHOLD),
+                       "threshold_sweep": [replay_threshold(steps, threshold) for threshold in THRESHOLD_SWEEP]},
     }
 
 

@@ -4,7 +4,7 @@ statistics (`utils.evaluation.acceptance`), a question each."""
 from __future__ import annotations
 
 __all__ = ["plot_tokens_per_step_histogram", "plot_conditional_acceptance", "plot_acceptance_by_position",
-           "plot_sweep", "plot_configurations", "plot_time_breakdown", "plot_reliability"]
+           "plot_sweep", "plot_configurations", "plot_time_breakdown", "plot_reliability", "plot_threshold_sweep"]
 
 
 def _axes(ax, title: str):
@@ -133,5 +133,23 @@ def plot_reliability(config: dict, ax=None):
     ax.set_ylabel("observed acceptance")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_threshold_sweep(config: dict, *, default: float, ax=None):
+    """What each confidence threshold would have verified and kept, replayed on runs that verified every draft
+    (`confidence.threshold_sweep`): drafts verified and tokens per step against the threshold, `default` marked."""
+    ax = _axes(ax, f"Confidence threshold, replayed: {config['name']}")
+    sweep = config["confidence"]["threshold_sweep"]
+    thresholds = [row["threshold"] for row in sweep]
+    ax.plot(thresholds, [row["drafts verified at threshold"] / row["steps"] for row in sweep], marker="o",
+            label="drafts verified per step")
+    ax.plot(thresholds, [1 + row["accepted drafts at threshold"] / row["steps"] for row in sweep], marker="s",
+            label="tokens per step")
+    ax.axvline(default, color="gray", linestyle="--", linewidth=0.8, label=f"default threshold ({default:g})")
+    ax.set_xlabel("confidence threshold")
+    ax.set_ylabel("per drafting step")
+    ax.set_ylim(0, None)
     ax.legend(fontsize=8)
     return ax
