@@ -1,5 +1,6 @@
 """No stale prose: every measured figure a notebook's markdown, the README or docs/usage.md states is printed by
-a stored output (or asserted right after), so a new model or IR cannot leave a sentence behind."""
+a stored output (or asserted right after), and no notebook's markdown judges an outcome in words, so a new model
+or IR cannot leave a sentence behind."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from utils.notebook.prose_figures import carried_text, stated_figures, unsupported_figures, unsupported_in_text
+from utils.notebook.prose_figures import (carried_text, judgements, stated_figures, unsupported_figures,
+                                          unsupported_in_text)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + [ROOT / "app" / "speculative-ocr.ipynb"]
@@ -31,6 +33,31 @@ def test_every_figure_in_a_notebooks_prose_is_printed_or_asserted(path):
 def test_every_figure_in_the_readme_and_usage_is_printed_by_a_notebook(path):
     carried = "\n".join(carried_text(json.loads(notebook.read_text(encoding="utf-8"))) for notebook in NOTEBOOKS)
     assert unsupported_in_text(path.read_text(encoding="utf-8"), carried) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name)
+def test_no_notebook_judges_an_outcome_in_its_prose(path):
+    assert judgements(json.loads(path.read_text(encoding="utf-8"))) == []
+
+
+@pytest.mark.parametrize("sentence", [
+    "The dense walk is clearly slower than the Top-K scorer.",
+    "Compression costs more than it saves on the tiny pair.",
+    "- the INT4 draft beats INT8",
+    "The confidence cut changes nothing here.",
+])
+def test_a_planted_judgement_fails(sentence):
+    assert judgements(_notebook(f"Some context.\n\n{sentence}")) == [(0, " ".join(sentence.lstrip("- ").split()))]
+
+
+@pytest.mark.parametrize("sentence", [
+    "A compressed draft can be slower on a model this small.",  # hedged
+    "Upstream measured the Top-K scorer much faster than the dense walk.",  # quoted
+    "Whether compression pays, the cell below prints.",  # points to the output
+    "Smaller is not always faster.",  # general
+])
+def test_hedged_quoted_or_deferred_sentences_are_not_judgements(sentence):
+    assert judgements(_notebook(sentence)) == []
 
 
 def test_a_planted_stale_sentence_fails():

@@ -5,13 +5,20 @@ the notebook carries it: one of its stored outputs prints it (for example `displ
 the result), or the first code cell after the sentence asserts each of its numbers. Figures measured upstream
 and quoted as such (`UPSTREAM_FIGURES`) are the exception. Used by `tests/test_notebook_prose.py` on every
 notebook, and on the README and docs/usage.md against the stored outputs of all notebooks.
+
+The same holds for a judgement in words ("the dense walk is clearly slower", "compression changes nothing"): a
+notebook's markdown may not judge an outcome its cells measure, since no figure check can see the words go
+stale. The cell that measures prints the judgement instead (`utils.evaluation.speed_notes`). A sentence that is
+hedged or general ("can", "would", "if", "not always"), quoted from upstream, or that points to what a cell
+prints is not a judgement of this run.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["UPSTREAM_FIGURES", "stated_figures", "carried_text", "unsupported_figures", "unsupported_in_text"]
+__all__ = ["UPSTREAM_FIGURES", "stated_figures", "carried_text", "unsupported_figures", "unsupported_in_text",
+           "judgements"]
 
 _NUMBER = r"\d[\d,]*(?:\.\d+)?"
 FIGURE = re.compile(
@@ -76,4 +83,26 @@ def unsupported_figures(notebook: dict) -> list[tuple[int, str]]:
         for figure in unsupported_in_text("".join(cell["source"]), outputs):
             if not all(re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", asserted) for n in _numbers(figure)):
                 found.append((index, figure))
+    return found
+
+
+_JUDGEMENT = re.compile(
+    r"\b(?:faster|slower|quicker|cheaper|costlier|costs? (?:more|less)|beats?|outperforms?|wins?|loses|pays? off|pays"
+    r"|better|worse|changes? nothing|makes? no difference|clearly|visibly"
+    r"|much (?:more|less|fewer|higher|lower))\b", re.IGNORECASE)
+_NOT_OF_THIS_RUN = re.compile(
+    r"\b(?:can|could|may|might|would|should|if|when|whether|unless|expected|usually|typically|not always|upstream"
+    r"|the (?:next |following )?cell|below|prints?|printed)\b", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"(?<=[.!?:])\s+|\n\s*[-*]\s+|\n\s*\n")
+
+
+def judgements(notebook: dict) -> list[tuple[int, str]]:
+    """(cell index, sentence) for each markdown sentence that judges an outcome in words as a fact of this run."""
+    found = []
+    for index, cell in enumerate(notebook["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        for sentence in _SENTENCE_END.split("".join(cell["source"])):
+            if _JUDGEMENT.search(sentence) and not _NOT_OF_THIS_RUN.search(sentence):
+                found.append((index, " ".join(sentence.split()).lstrip("-* ")))
     return found
