@@ -96,6 +96,7 @@ def prepare_draft(work: Path, weight_format: str) -> Path:
     """The exported random real-size draft in `work`, built (checkpoint, then IR) on first use."""
     from utils.export.draft import export_draft
     from utils.files import atomic_directory
+    from utils.models import current_draft_export
 
     source, folder = work / "draft-checkpoint", work / f"draft-{weight_format}"
     if not source.is_dir():
@@ -105,9 +106,9 @@ def prepare_draft(work: Path, weight_format: str) -> Path:
         with atomic_directory(source) as staging:
             parameters = write_random_draft(staging, config)
         print(f"random DSpark draft: {parameters / 1e6:.1f}M parameters", flush=True)
-    if not folder.is_dir():
+    if not current_draft_export(folder):  # absent, or exported by older code
         start = time.perf_counter()
-        export_draft(source, folder, weight_format=weight_format)
+        export_draft(source, folder, weight_format=weight_format, overwrite=True)
         print(f"  draft exported ({weight_format}) in {time.perf_counter() - start:.0f} s", flush=True)
         gc.collect()
     return folder

@@ -18,7 +18,8 @@ from safetensors.numpy import load_file, save_file
 
 from utils.checkpoint.config import DraftValidationError
 from utils.checkpoint.draft import DRAFT_WEIGHTS, LOCAL_TO_TARGET
-from utils.contract import DRAFT_MODEL, MARKOV_HEAD_MODEL, RT_INFO_KEYS, RT_INFO_NAMESPACE, read_d2t, read_draft_info
+from utils.contract import (DRAFT_MODEL, MARKOV_HEAD_MODEL, RT_INFO_KEYS, RT_INFO_NAMESPACE,
+                            draft_cache_layout_is_current, read_d2t, read_draft_info)
 from utils.engine.device import F32_PROPERTIES
 from utils.engine.draft import ContextCache, DraftModel, MarkovHead
 from utils.export import draft as draft_export
@@ -85,8 +86,11 @@ def _random_inputs(model, *, new_len, seed):
     return block, context
 
 
+@pytest.mark.parametrize("growth", [ContextCache.GROWTH, 4], ids=["one-buffer", "growing-buffers"])
 @pytest.mark.parametrize("name", ["tiny", "unusual"])
-def test_backbone_matches_reference_over_a_growing_context_and_after_a_crop(name, exported, reference):
+def test_backbone_matches_reference_over_a_growing_context_and_after_a_crop(name, growth, exported, reference,
+                                                                             monkeypatch):
+    monkeypatch.setattr(ContextCache, "GROWTH", growth)  # 4: the buffers grow, and hold masked positions, often
     model, runtime = reference[name], DraftModel(exported[name], properties=F32_PROPERTIES)
     cache = DraftContextCache(model.config.num_hidden_layers)
     worst = 0.0
@@ -106,19 +110,50 @@ def test_backbone_matches_reference_over_a_growing_context_and_after_a_crop(name
     assert worst <= LOGITS_ATOL, f"max abs diff {worst:.2e}"
 
 
-def test_context_cache_grows_by_doubling_and_keeps_what_it_holds():
-    cache = ContextCache(2, kv_heads=1, head_dim=2, capacity=4)
-    rows = [np.arange(12, dtype=np.float32).reshape(1, 6, 1, 2) + offset for offset in (0, 100, 200, 300)]
-    cache.append([part[:, :3] for part in rows])
-    cache.append([part[:, 3:] for part in rows])
+def test_context_cache_grows_in_steps_and_keeps_what_it_holds(monkeypatch):
+    monkeypatch.setattr(ContextCache, "GROWTH", 4)
+    cache = ContextCache(2, kv_heads=1, head_dim=2)
+    rows = [np.arange(12, dtype=np.float32).reshape(1, 1, 6, 2) + offset for offset in (0, 100, 200, 300)]
+    cache.append([part[:, :, :3] for part in rows])
+    cache.append([part[:, :, 3:] for part in rows])
     assert (cache.length, cache.capacity) == (6, 8)
+    assert all(buffer.shape == (1, 1, 8, 2) and buffer.flags.c_contiguous for buffer in cache.buffers())
     for view, part in zip(cache.views(), rows):
         np.testing.assert_array_equal(view, part)
     cache.crop(2)
-    cache.append([part[:, :1] * -1 for part in rows])
-    np.testing.assert_array_equal(cache.views()[1][0, :, 0, 0], [100, 102, -100])
+    cache.append([part[:, :, :1] * -1 for part in rows])
+    np.testing.assert_array_equal(cache.views()[1][0, 0, :, 0], [100, 102, -100])
     with pytest.raises(ValueError, match="cannot crop"):
         cache.crop(4)
+
+
+@pytest.mark.parametrize("name", ["tiny", "unusual"])
+def test_the_backbone_reads_the_context_cache_in_place(name, exported):
+    """Each cached K/V input feeds matmuls only (and ShapeOf, which reads its shape): no transpose, concat, repeat
+    or convert moves the cache per call (up to draft IR format 1 each call transposed, concatenated and repeated
+    all of it). The keys are the scores' second operand, taken as rows (`transpose_b`)."""
+    model = ov.Core().read_model(exported[name] / DRAFT_MODEL)
+    cache_inputs = [port for port in model.inputs if port.get_any_name().startswith(("past_key.", "past_value."))]
+    assert cache_inputs and draft_cache_layout_is_current(model)
+    for port in cache_inputs:
+        consumers = [target.get_node() for target in port.get_target_inputs()]
+        kinds = {node.get_type_name() for node in consumers}
+        assert "MatMul" in kinds and kinds <= {"MatMul", "ShapeOf"}, f"{port.get_any_name()} feeds {kinds}"
+        if port.get_any_name().startswith("past_key."):
+            assert all(node.get_attributes()["transpose_b"] for node in consumers if node.get_type_name() == "MatMul")
+
+
+def test_a_backbone_exported_by_older_code_is_refused(exported, tmp_path):
+    """A sequence-major cache input (draft IR format 1) is named as older code's, not run."""
+    old = tmp_path / "old"
+    shutil.copytree(exported["tiny"], old)
+    model = ov.Core().read_model(exported["tiny"] / DRAFT_MODEL)  # not the copy: saving over a mapped file
+    parameter = model.input("past_key.0").get_node()
+    kv_heads, head_dim = (parameter.get_partial_shape()[i].get_length() for i in (1, 3))
+    parameter.set_partial_shape(ov.PartialShape([1, -1, kv_heads, head_dim]))
+    ov.save_model(model, old / DRAFT_MODEL, compress_to_fp16=False)
+    with pytest.raises(ValueError, match="exported by older code"):
+        DraftModel(old)
 
 
 def _reference_block(model, seed):

@@ -5,8 +5,8 @@ below the models folder (`<repo>/models`, or $DSPARK_OCR_MODELS):
     tiny-ov/          its IR exports: target/ and draft/, plus the manifest of the pair they came from
     MiniCPM-OCR-1.0/, MiniCPM-OCR-1.0-DSpark/   the real checkpoints, when downloaded
 
-A change of the shipped pair (other files, so another manifest) or of the exporter (`IR_FORMAT_VERSION`)
-makes its exports stale; they are then re-exported.
+A change of the shipped pair (other files, so another manifest) or of the exporter (`IR_FORMAT_VERSION`,
+`DRAFT_IR_FORMAT_VERSION`) makes its exports stale; they are then re-exported.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import fnmatch
 import os
 from pathlib import Path
 
-from utils.contract import IR_FORMAT_VERSION
+from utils.contract import DRAFT_IR_FORMAT_VERSION, IR_FORMAT_VERSION
 
 __all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "default_ir_pair", "current_target_export",
+           "current_draft_export",
            "download_real_pair",
            "hub_unreachable_reason", "real_ir_pair", "missing_target_files", "missing_draft_files"]
 
@@ -46,7 +47,8 @@ def default_ir_pair(models: Path | str | None = None) -> tuple[Path, Path]:
     models = Path(models) if models is not None else models_dir()
     pair = default_pair()
     exports = models / "tiny-ov"
-    source_stamp = (pair.root / MANIFEST).read_text() + f"\nIR format {IR_FORMAT_VERSION}\n"
+    source_stamp = ((pair.root / MANIFEST).read_text()
+                    + f"\nIR format {IR_FORMAT_VERSION}, draft IR format {DRAFT_IR_FORMAT_VERSION}\n")
     stamp = exports / _EXPORT_STAMP
     stale = not stamp.is_file() or stamp.read_text() != source_stamp
     target, draft = exports / "target", exports / "draft"
@@ -67,6 +69,15 @@ def current_target_export(folder: Path | str) -> bool:
 
     path = Path(folder) / LANGUAGE_MODEL_CONFIG
     return path.is_file() and json.loads(path.read_text()).get("format_version") == IR_FORMAT_VERSION
+
+
+def current_draft_export(folder: Path | str) -> bool:
+    """Whether `folder` holds a draft backbone IR laid out as this code reads it (`DRAFT_IR_FORMAT_VERSION`)."""
+    from utils.contract import DRAFT_MODEL, draft_cache_layout_is_current
+    from utils.engine.device import openvino_core
+
+    path = Path(folder) / DRAFT_MODEL
+    return path.is_file() and draft_cache_layout_is_current(openvino_core().read_model(path))
 
 
 _PATTERNS = ("*.json", "*.safetensors", "*.jinja", "*.txt", "*.model")  # never pickles or remote code
@@ -162,8 +173,8 @@ def real_ir_pair(models: Path | str | None = None, *, target_format: str = "int8
     drafts = {}
     for weight_format in draft_formats:
         drafts[weight_format] = models / f"{draft_source.name}-ov-{weight_format}"
-        if not drafts[weight_format].exists():
-            export_draft(draft_source, drafts[weight_format], weight_format=weight_format)
+        if not current_draft_export(drafts[weight_format]):
+            export_draft(draft_source, drafts[weight_format], weight_format=weight_format, overwrite=True)
     return target, drafts
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import openvino as ov
 
 __all__ = [
-    "IR_FORMAT_VERSION",
+    "IR_FORMAT_VERSION", "DRAFT_IR_FORMAT_VERSION", "draft_cache_layout_is_current",
     # weight formats
     "COMPRESSED_FORMATS", "WEIGHT_FORMATS",
     # target folder
@@ -48,6 +48,10 @@ __all__ = [
 # the state a continued prompt call starts from at bf16, and the rollback outputs each token's log decay), so that
 # folders exported by older code are exported again where the suite caches them.
 IR_FORMAT_VERSION = 5
+# The same for the draft's backbone IR, which the draft folder's own files say nothing of: 2: the context cache is
+# read in place, head-major buffers [1, Hkv, M, D] (format 1: sequence-major [1, C, Hkv, D], which the graph
+# transposed, concatenated and repeated at every call). `draft_cache_layout_is_current` tells the two apart.
+DRAFT_IR_FORMAT_VERSION = 2
 
 # Weight formats: the same four for the target and the draft. fp16 is a save option (`compress_to_fp16`); the
 # compressed ones are NNCF weight compression (`utils.export.compression`).
@@ -111,13 +115,21 @@ INPUT_IDS = "input_ids"  # text-embedding input
 
 # Ports per decoder layer i (language model: full-attention K/V or linear-attention state; draft: context K/V).
 def past_key(i: int) -> str:
-    """Input: cached keys of layer i, sequence-major."""
+    """Input: cached keys of layer i (language model: sequence-major [1, P, Hkv, D]; draft: a head-major buffer
+    [1, Hkv, M, D])."""
     return f"past_key.{i}"
 
 
 def past_value(i: int) -> str:
-    """Input: cached values of layer i, sequence-major."""
+    """Input: cached values of layer i, laid out as `past_key(i)`."""
     return f"past_value.{i}"
+
+
+def draft_cache_layout_is_current(model: ov.Model) -> bool:
+    """Whether a draft backbone IR takes its context cache as `DRAFT_IR_FORMAT_VERSION` lays it out: head-major
+    [1, Hkv, M, D], the heads static and the positions dynamic (format 1 had them the other way round)."""
+    shape = model.input(past_key(0)).get_partial_shape()
+    return shape.rank.get_length() == 4 and shape[1].is_static and shape[2].is_dynamic
 
 
 def present_key(i: int) -> str:

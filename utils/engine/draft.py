@@ -2,8 +2,8 @@
 
 `ExportedDraft` reads an exported draft folder once: its config.json and both IRs with their rt_info, checked
 against each other (and, by `check_fits`, against the target). `DraftModel` runs the backbone IR block by block
-and keeps the draft's context keys/values on the host, in preallocated buffers that grow by doubling (appending
-with `np.concatenate` would copy the whole cache at every step). `MarkovHead` runs the Markov head IR: the
+and keeps the draft's context keys/values on the host, in preallocated buffers the IR reads in place (appending
+with `np.concatenate`, or a graph that concatenates, would copy the whole cache at every step). `MarkovHead` runs the Markov head IR: the
 left-to-right walk that turns block logits into draft tokens in target ids, with the confidence of each.
 `DSparkProposer` puts the two together as the engine's `Proposer`. The IR layout, rt_info keys and why the walk
 lives in the graph are documented in `utils.export.draft`; the names come from `utils.contract`, so the
@@ -26,8 +26,9 @@ import openvino as ov
 from utils.checkpoint.config import DRAFT_CONFIG, DSparkConfig
 from utils.checkpoint.draft import TargetSpec, check_config_fits_target
 from utils.contract import (ANCHOR_TOKEN_ID, CONFIDENCES, DRAFT_MODEL, HIDDEN_STATES, INPUTS_EMBEDS, LAST_HIDDEN_STATE,
-                            LOGITS, MARKOV_HEAD_MODEL, POSITION_IDS, TOKEN_IDS, TOP_K, DraftInfo, past_key,
-                            past_value, present_key, present_value, read_draft_info)
+                            LOGITS, MARKOV_HEAD_MODEL, POSITION_IDS, TOKEN_IDS, TOP_K, DraftInfo,
+                            draft_cache_layout_is_current, past_key, past_value, present_key, present_value,
+                            read_draft_info)
 from utils.contract.target import ExportedTarget
 from utils.engine.device import openvino_core
 from utils.engine.proposal import Proposal
@@ -71,7 +72,8 @@ class ExportedDraft:
 
         Raises:
             ValueError: naming the missing file or rt_info key, or a field on which config.json and the IRs (or the
-                two IRs) disagree: a folder that mixes two exports. Export the draft again.
+                two IRs) disagree: a folder that mixes two exports; or a backbone exported by older code, whose
+                context cache has another layout. Export the draft again.
         """
         folder = Path(folder)
         if not (folder / DRAFT_CONFIG).is_file():
@@ -79,6 +81,9 @@ class ExportedDraft:
                              f"(python -m utils.export draft ...)")
         config = DSparkConfig.from_folder(folder)
         models = [_read(folder, name) for name in (DRAFT_MODEL, MARKOV_HEAD_MODEL)]
+        if not draft_cache_layout_is_current(models[0]):
+            raise ValueError(f"{folder / DRAFT_MODEL} was exported by older code (its context cache is laid out "
+                             f"sequence-major, copied at every call); export the draft again")
         info, head_info = (read_draft_info(model, source=str(folder / name))
                            for model, name in zip(models, (DRAFT_MODEL, MARKOV_HEAD_MODEL)))
         if head_info != info:
@@ -114,33 +119,40 @@ class ExportedDraft:
 
 
 class ContextCache:
-    """The draft's context keys/values per layer, [1, C, Hkv, D] each, in host buffers that grow by doubling.
+    """The draft's context keys/values per layer, head-major [1, Hkv, M, D] host buffers of M >= C positions.
 
-    Sequence-major, so the cached prefix `buffer[:, :C]` is one contiguous block that goes to OpenVINO
-    without a copy.
+    The backbone IR reads the whole buffer in place and masks positions from C on (`utils.export.draft`), so a
+    call passes each buffer as it is: no copy, whatever the context. The buffers grow in steps of `GROWTH`
+    positions (each growth copies them once), which bounds the masked positions a call computes for nothing.
     """
 
-    def __init__(self, num_layers: int, *, kv_heads: int, head_dim: int, capacity: int = 256):
-        self._shape = (kv_heads, head_dim)
-        self._buffers = [np.zeros((1, capacity, kv_heads, head_dim), np.float32) for _ in range(2 * num_layers)]
+    GROWTH = 256
+
+    def __init__(self, num_layers: int, *, kv_heads: int, head_dim: int):
+        self._buffers = [np.zeros((1, kv_heads, self.GROWTH, head_dim), np.float32) for _ in range(2 * num_layers)]
         self.length = 0
 
     @property
     def capacity(self) -> int:
-        """Positions the buffers hold before they next grow."""
-        return self._buffers[0].shape[1]
+        """Positions M the buffers hold before they next grow."""
+        return self._buffers[0].shape[2]
+
+    def buffers(self) -> list[np.ndarray]:
+        """The whole buffers, [1, Hkv, M, D] each, alternating key/value per layer; the first C positions hold
+        the cache."""
+        return self._buffers
 
     def views(self) -> list[np.ndarray]:
-        """The cached keys and values, [1, C, Hkv, D] each, alternating key/value per layer (no copy)."""
-        return [buffer[:, :self.length] for buffer in self._buffers]
+        """The cached keys and values, [1, Hkv, C, D] each (strided views, for inspection)."""
+        return [buffer[:, :, :self.length] for buffer in self._buffers]
 
     def append(self, new: list[np.ndarray]) -> None:
-        """Appends [1, N, Hkv, D] keys/values, in the order of `views()`."""
-        count = new[0].shape[1]
+        """Writes [1, Hkv, N, D] keys/values at position C, in the order of `buffers()`."""
+        count = new[0].shape[2]
         if self.length + count > self.capacity:
             self._grow(self.length + count)
         for buffer, rows in zip(self._buffers, new, strict=True):
-            buffer[:, self.length:self.length + count] = rows
+            buffer[:, :, self.length:self.length + count] = rows
         self.length += count
 
     def crop(self, length: int) -> None:
@@ -150,13 +162,11 @@ class ContextCache:
         self.length = length
 
     def _grow(self, needed: int) -> None:
-        capacity = self.capacity
-        while capacity < needed:
-            capacity *= 2
+        capacity = -(-needed // self.GROWTH) * self.GROWTH
         grown = []
         for buffer in self._buffers:
-            bigger = np.zeros((1, capacity, *self._shape), np.float32)
-            bigger[:, :self.length] = buffer[:, :self.length]
+            bigger = np.zeros((*buffer.shape[:2], capacity, buffer.shape[3]), np.float32)
+            bigger[:, :, :self.length] = buffer[:, :, :self.length]
             grown.append(bigger)
         self._buffers = grown
 
@@ -176,7 +186,8 @@ class DraftModel:
         model, self.info = draft.draft_model, draft.info
         inputs = {port.get_any_name() for port in model.inputs}
         num_layers = sum(past_key(layer) in inputs for layer in range(len(inputs)))
-        kv_heads, head_dim = (dim.get_length() for dim in model.input(past_key(0)).get_partial_shape()[2:])
+        shape = model.input(past_key(0)).get_partial_shape()
+        kv_heads, head_dim = shape[1].get_length(), shape[3].get_length()
         self.cache = ContextCache(num_layers, kv_heads=kv_heads, head_dim=head_dim)
         self._past_names = [name for layer in range(num_layers) for name in (past_key(layer), past_value(layer))]
         self._present_names = [name for layer in range(num_layers)
@@ -208,7 +219,7 @@ class DraftModel:
         inputs = {INPUTS_EMBEDS: np.ascontiguousarray(block_embeds, np.float32),
                   HIDDEN_STATES: np.ascontiguousarray(new_context, np.float32),
                   POSITION_IDS: np.arange(start, start + total, dtype=np.int64)[None]}
-        inputs |= dict(zip(self._past_names, self.cache.views()))
+        inputs |= dict(zip(self._past_names, self.cache.buffers()))
         with self.clock.measure():
             self._request.infer(inputs, share_inputs=True)
         output = self._request.get_tensor

@@ -8,16 +8,22 @@ reference loader, then writes, atomically (a temporary folder moved into place w
         inputs_embeds     f32 [1, B, H]        target embeddings of `[anchor, mask, ..., mask]`
         hidden_states     f32 [1, N, L*H]      new context: the target-layer outputs not yet cached
         position_ids      i64 [1, N + B]       absolute positions of the new context, then of the block
-        past_key.{i}      f32 [1, C, Hkv, D]   cached context keys of draft layer i (normed, rotated)
-        past_value.{i}    f32 [1, C, Hkv, D]   cached context values of draft layer i
+        past_key.{i}      f32 [1, Hkv, M, D]   context keys of draft layer i (normed, rotated) in a buffer of M >= C
+                                               positions; the first C = position_ids[0, 0] are the cache
+        past_value.{i}    f32 [1, Hkv, M, D]   context values of draft layer i, likewise
     Outputs:
         logits            f32 [1, B, Vd]       over the draft vocabulary
         d2t               i64 [Vd]             constant, delta-encoded: draft token j is target token j + d2t[j]
         last_hidden_state f32 [1, B, H]        after the final `norm`, for the Markov and confidence heads
-        present_key.{i}   f32 [1, N, Hkv, D]   keys of the new context only; the runtime appends them
-        present_value.{i} f32 [1, N, Hkv, D]
-    B, N and C are dynamic (N and C may be 0). K/V are sequence-major, so a runtime keeps them in
-    preallocated buffers and passes the cached prefix without a copy (the runtime's `ContextCache`).
+        present_key.{i}   f32 [1, Hkv, N, D]   keys of the new context only; the runtime writes them at C
+        present_value.{i} f32 [1, Hkv, N, D]
+    B, N and M are dynamic (N may be 0, M >= 1). The cache is read where it lies: a runtime keeps K/V head-major
+    in preallocated buffers and passes the whole buffer, whose positions from C on the attention masks out, so no
+    call copies the cache (the runtime's `ContextCache`). Inside, the block's attention is split in two: the
+    scores over the buffer (a matmul that takes each head's cached keys as rows) and over the new context and the
+    block, joined by one softmax written out (a shared maximum and sum), so neither the cache nor its scores are
+    concatenated with anything, and grouped-query heads share their K/V head by a reshape of the queries, not by
+    repeating K/V. Up to IR format 5 the graph transposed, concatenated and repeated the whole cache at each call.
 
 `MARKOV_HEAD_MODEL` (openvino_markov_head_model.xml), both Markov computations and the confidence head,
     built op by op (`utils.export.markov_head`):
@@ -68,16 +74,50 @@ from utils.contract import (D2T, DRAFT_MODEL, HIDDEN_STATES, INPUTS_EMBEDS, LAST
 from utils.export.compression import save_ir
 from utils.export.markov_head import MarkovHeadWeights, build_markov_head
 from utils.files import atomic_directory
-from utils.reference.modeling import DSparkDraftModel, rope_cos_sin
+from utils.reference.modeling import DSparkAttention, DSparkDraftModel, apply_rope, rope_cos_sin
 
 __all__ = ["DraftBackboneWithCache", "draft_info", "convert_backbone", "convert_markov_head", "export_draft"]
+
+
+def _attend_in_place(attention: DSparkAttention, block: torch.Tensor, cached: torch.Tensor,
+                     past: tuple[torch.Tensor, torch.Tensor], new: tuple[torch.Tensor, torch.Tensor],
+                     block_rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """`DSparkAttention.forward` over a cache buffer read in place (see the module docstring).
+
+    Args:
+        block: [1, B, H] normed block.
+        cached: [1] the cached positions C; buffer positions from C on are masked out.
+        past: keys and values [1, Hkv, M, D], the cache buffer.
+        new: keys and values [1, Hkv, N, D] of the new context.
+        block_rope: cos/sin of the block's positions.
+    """
+    config = attention.config
+    heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    cos, sin = block_rope
+    queries = apply_rope(attention.q_norm(attention._heads(attention.q_proj(block), heads)), cos, sin)
+    block_len = block.shape[1]
+    # query head h reads K/V head h // groups: [1, Hq, B, D] -> [1, Hkv, groups * B, D] is a reshape, not a copy
+    grouped = queries.reshape(1, kv_heads, (heads // kv_heads) * block_len, head_dim) * head_dim ** -0.5
+    block_keys, block_values = attention.project_kv(block, cos, sin)
+    new_keys, new_values = torch.cat((new[0], block_keys), dim=2), torch.cat((new[1], block_values), dim=2)
+    past_scores = grouped @ past[0].transpose(-1, -2)  # [1, Hkv, groups * B, M]
+    in_cache = torch.arange(past[0].shape[2]) < cached
+    past_scores = past_scores.masked_fill(~in_cache, float("-inf"))
+    new_scores = grouped @ new_keys.transpose(-1, -2)  # [1, Hkv, groups * B, N + B]
+    top = torch.maximum(past_scores.amax(-1, keepdim=True), new_scores.amax(-1, keepdim=True))
+    past_weights, new_weights = torch.exp(past_scores - top), torch.exp(new_scores - top)
+    total = past_weights.sum(-1, keepdim=True) + new_weights.sum(-1, keepdim=True)
+    context = (past_weights @ past[1] + new_weights @ new_values) / total
+    context = context.reshape(1, heads, block_len, head_dim).transpose(1, 2).reshape(1, block_len, heads * head_dim)
+    return attention.o_proj(context)
 
 
 class DraftBackboneWithCache(nn.Module):
     """`DSparkDraftModel.forward_block` with the context cache as explicit inputs and outputs, plus `lm_head`.
 
-    Reuses the reference's modules; only the cache handling differs: past K/V come in sequence-major,
-    the new context's K/V go out, and positions are an input instead of the cache length.
+    Reuses the reference's modules; only the cache handling differs: the cache comes in as head-major buffers
+    read in place (`_attend_in_place`), the new context's K/V go out, and positions are an input instead of the
+    cache length. Each layer is the reference's decoder layer written out (norm, attention, residual, MLP).
     """
 
     def __init__(self, model: DSparkDraftModel):
@@ -89,14 +129,15 @@ class DraftBackboneWithCache(nn.Module):
         config = self.model.config
         context = self.model.project_context(hidden_states)
         new_len = hidden_states.shape[1]
+        cached = position_ids[0, :1]  # the new context starts right after the C cached positions
         cos, sin = rope_cos_sin(position_ids[0], head_dim=config.head_dim, theta=config.rope_theta)
         hidden, presents = inputs_embeds, []
         for index, layer in enumerate(self.model.layers):
-            keys, values = layer.self_attn.project_kv(context, cos[:new_len], sin[:new_len])  # [1, Hkv, N, D]
-            past_keys, past_values = (tensor.transpose(1, 2) for tensor in past[2 * index:2 * index + 2])
-            hidden = layer(hidden, torch.cat((past_keys, keys), dim=2), torch.cat((past_values, values), dim=2),
-                           (cos[new_len:], sin[new_len:]))
-            presents += [keys.transpose(1, 2), values.transpose(1, 2)]
+            new = layer.self_attn.project_kv(context, cos[:new_len], sin[:new_len])  # [1, Hkv, N, D] each
+            hidden = hidden + _attend_in_place(layer.self_attn, layer.input_layernorm(hidden), cached,
+                                               past[2 * index:2 * index + 2], new, (cos[new_len:], sin[new_len:]))
+            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+            presents += new
         hidden = self.model.norm(hidden)
         return (self.model.lm_head(hidden), hidden, *presents)
 
@@ -131,14 +172,14 @@ def convert_backbone(model: DSparkDraftModel, d2t: np.ndarray):
 
     config = model.config
     hidden, layers = config.hidden_size, config.num_hidden_layers
-    kv_shape = (config.num_key_value_heads, config.head_dim)
+    kv_heads, head_dim = config.num_key_value_heads, config.head_dim
     past_names = [name for i in range(layers) for name in (past_key(i), past_value(i))]
-    context_width, new_len, cached = len(config.target_layer_ids) * hidden, 3, 2  # example sizes; all dynamic
+    context_width, new_len, cached, buffer = len(config.target_layer_ids) * hidden, 3, 2, 4  # examples; dynamic
     example = (torch.zeros(1, config.block_size, hidden), torch.zeros(1, new_len, context_width),
                torch.arange(cached, cached + new_len + config.block_size)[None],
-               *[torch.zeros(1, cached, *kv_shape)] * len(past_names))
+               *[torch.zeros(1, kv_heads, buffer, head_dim)] * len(past_names))
     shapes = [ov.PartialShape([1, -1, hidden]), ov.PartialShape([1, -1, context_width]),
-              ov.PartialShape([1, -1])] + [ov.PartialShape([1, -1, *kv_shape])] * len(past_names)
+              ov.PartialShape([1, -1])] + [ov.PartialShape([1, kv_heads, -1, head_dim])] * len(past_names)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch.jit.trace is what ov.convert_model uses
         ov_model = ov.convert_model(DraftBackboneWithCache(model).eval(), example_input=example, input=shapes)
