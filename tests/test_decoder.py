@@ -58,6 +58,28 @@ def test_any_proposer_gives_the_target_only_tokens(text_only):
         assert all(len(step.drafted) <= 6 for step in decoded.metrics.steps)
 
 
+def test_a_step_never_copies_the_verification_logits(text_only, monkeypatch):
+    """The decoder takes the target's argmax off OpenVINO's output buffer (`verify_greedy`): `verify`, which copies
+    the [S, V] logits (16 MB at real size), is for callers who look at logits, and equals it."""
+    session, embed, proposer, prompt = text_only
+    baseline = SpeculativeDecoder(session, embed, stop_token_ids=()).generate(prompt, max_new_tokens=24)
+    session.reset()
+    session.prefill(prompt)
+    block = embed(np.array([baseline.tokens[:5]]))[0]
+    logits, hidden = session.verify(block)
+    greedy, greedy_hidden = session.verify_greedy(block)
+    np.testing.assert_array_equal(greedy, logits.argmax(-1))
+    np.testing.assert_array_equal(greedy_hidden, hidden)
+
+    def copying(*args, **kwargs):
+        raise AssertionError("the decoder copied the verification logits")
+
+    monkeypatch.setattr(LanguageModelSession, "verify", copying)
+    decoded = SpeculativeDecoder(session, embed, stop_token_ids=(), proposer=proposer,
+                                 block_size=proposer.info.block_size).generate(prompt, max_new_tokens=24)
+    assert decoded.tokens == baseline.tokens
+
+
 def test_a_proposer_needs_a_block_size_the_verify_ir_can_take(text_only):
     session, embed, proposer, _ = text_only
     for block_size in (None, 0, session.verify_length):

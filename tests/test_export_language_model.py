@@ -180,19 +180,23 @@ def test_the_cut_and_the_rollback_redone_from_the_verified_outputs_give_the_acce
 
 
 def test_rebuild_recurrent_state_matches_the_recurrence_step_by_step():
+    """float32 in and out, as the session holds its states; the recurrence here runs in float64."""
     rng = np.random.default_rng(0)
     heads, dim_k, dim_v, length = 3, 4, 5, 7
-    state = rng.normal(size=(1, heads, dim_k, dim_v))
-    keys = rng.normal(size=(1, length, heads, dim_k))
-    deltas = rng.normal(size=(1, length, heads, dim_v))
-    log_decay = -rng.uniform(0.0, 2.0, size=(1, length, heads))
-    expected = state.copy()
+    state = rng.normal(size=(1, heads, dim_k, dim_v)).astype(np.float32)
+    keys = rng.normal(size=(1, length, heads, dim_k)).astype(np.float32)
+    deltas = rng.normal(size=(1, length, heads, dim_v)).astype(np.float32)
+    log_decay = -rng.uniform(0.0, 2.0, size=(1, length, heads)).astype(np.float32)
+    expected = state.astype(np.float64)
     for count in range(1, length + 1):
         t = count - 1
-        expected = (expected * np.exp(log_decay[0, t])[None, :, None, None]
-                    + np.einsum("hk,hv->hkv", keys[0, t], deltas[0, t])[None])
+        expected = (expected * np.exp(log_decay[0, t].astype(np.float64))[None, :, None, None]
+                    + np.einsum("hk,hv->hkv", keys[0, t], deltas[0, t].astype(np.float64))[None])
         rebuilt = rebuild_recurrent_state(state, keys, deltas, log_decay, count)
-        assert _max_diff(rebuilt, expected) <= 1e-12
+        assert rebuilt.dtype == np.float32 and _max_diff(rebuilt, expected) <= 1e-5
+        in_place = state.copy()
+        assert rebuild_recurrent_state(in_place, keys, deltas, log_decay, count, out=in_place) is in_place
+        np.testing.assert_array_equal(in_place, rebuilt)
 
 
 def _greedy_with_verify(session, target, embeds, expected, eos_token_id, block_length):

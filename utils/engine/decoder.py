@@ -2,7 +2,7 @@
 
     prefill(prompt embeddings) -> first token
     loop: proposer: drafts after the anchor -> the confident prefix of them
-          -> language model verify [anchor, drafts] -> host argmax -> accept the longest matching prefix
+          -> language model verify [anchor, drafts] -> argmax on its output buffer -> accept the longest matching prefix
           -> rollback the target's state to it -> emit the accepted drafts and the bonus token
 
 Without a proposer the loop is plain greedy decoding, one token per call (the baseline). Either way the output
@@ -132,8 +132,8 @@ class SpeculativeDecoder:
         drafts = list(proposal.confident_prefix(threshold))
         with timer.stage("verification"):
             block_ids = np.array([[anchor] + drafts], np.int64)
-            verify_logits, verify_hidden = self.language_model.verify(self.embed(block_ids)[0])
-            target_argmax = verify_logits[:len(drafts) + 1].argmax(-1).tolist()
+            target_argmax, verify_hidden = self.language_model.verify_greedy(self.embed(block_ids)[0])
+            target_argmax = target_argmax.tolist()
             accepted = accepted_prefix_length(drafts, target_argmax)
             self.language_model.accept(accepted + 1)
         emitted = emitted_tokens(target_argmax, accepted, eos_token_ids=self.stop_token_ids, budget=budget)

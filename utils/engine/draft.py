@@ -244,7 +244,7 @@ class MarkovHead:
         draft = ExportedDraft.of(draft)
         self.info = draft.info
         self.clock = Clock()
-        self._compiled = _compile(draft.markov_head, device, properties)
+        self._request = _compile(draft.markov_head, device, properties).create_infer_request()
 
     def walk(self, logits: np.ndarray, hidden: np.ndarray, *, anchor: int, num_tokens: int,
              top_k: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -269,12 +269,12 @@ class MarkovHead:
         top_k = self.info.top_k if top_k is None else top_k
         if top_k < 0:
             raise ValueError(f"top_k={top_k} must be >= 0 (0 selects the dense walk)")
-        inputs = {LOGITS: logits.astype(np.float32, copy=False), ANCHOR_TOKEN_ID: np.array([anchor], np.int64),
+        inputs = {LOGITS: np.ascontiguousarray(logits, np.float32), ANCHOR_TOKEN_ID: np.array([anchor], np.int64),
                   TOP_K: np.array(top_k, np.int64)}
         if self.info.confidence_head:
-            inputs[LAST_HIDDEN_STATE] = hidden.astype(np.float32, copy=False)
+            inputs[LAST_HIDDEN_STATE] = np.ascontiguousarray(hidden, np.float32)
         with self.clock.measure():
-            result = self._compiled(inputs)
+            result = self._request.infer(inputs, share_inputs=True)  # the block logits are not copied again
         token_ids = result[TOKEN_IDS][:num_tokens].copy()
         confidences = result[CONFIDENCES][:num_tokens].copy() if self.info.confidence_head else None
         return token_ids, confidences

@@ -6,7 +6,8 @@ keeps a private copy of them per compiled model, even of one `ov.Model` compiled
 model's state between calls: preallocated K/V buffers of the full-attention layers (sequence-major, so the
 past is a contiguous prefix that goes to OpenVINO without a copy), and the conv and recurrent states of the
 linear-attention layers. A speculative step is
-`verify(block)` (no commit), argmax on the host, then `accept(n)`, which keeps the state after the first n
+`verify_greedy(block)` (no commit: the target's argmax at each position, read off OpenVINO's output buffer;
+`verify` returns the logits themselves), then `accept(n)`, which keeps the state after the first n
 tokens of the block: K/V and conv state are sliced from the block's outputs; the recurrent state is rebuilt
 from the state before the block and the IR's rollback terms (`rebuild_recurrent_state`). The IR
 layout and the derivation are in `utils.export.language_model`; file, port and config names in `utils.contract`.
@@ -35,12 +36,13 @@ __all__ = ["LanguageModelSession", "rebuild_recurrent_state"]
 
 
 def rebuild_recurrent_state(initial_state: np.ndarray, keys: np.ndarray, deltas: np.ndarray,
-                            log_decay: np.ndarray, count: int) -> np.ndarray:
+                            log_decay: np.ndarray, count: int, *, out: np.ndarray | None = None) -> np.ndarray:
     """The gated-delta recurrent state after the first `count` tokens of a block.
 
     S_n = exp(G_n) S_0 + sum_{t<=n} exp(G_n - G_t) k_t delta_t^T, exact because the update is linear in S, with
     G_n - G_t = g_(t+1) + ... + g_n summed directly in float64 (never a difference of two running sums, which
-    cancels: `utils.export.gated_delta`).
+    cancels: `utils.export.gated_delta`). The decay factors are then rounded to float32 and the state is updated
+    in float32, as the graph does: float64 arrays of the state's size would cost twice the time for nothing.
 
     Args:
         initial_state: [1, Hv, dk, dv] state before the block.
@@ -48,18 +50,21 @@ def rebuild_recurrent_state(initial_state: np.ndarray, keys: np.ndarray, deltas:
         deltas: [1, S, Hv, dv] per-token corrections (`rollback_delta(i)`).
         log_decay: [1, S, Hv] each token's log decay g_t (`rollback_log_decay(i)`).
         count: tokens to keep, 1 <= count <= S.
+        out: where to write the state (may be `initial_state` itself); a new array by default.
 
     Returns:
-        [1, Hv, dk, dv] state.
+        [1, Hv, dk, dv] float32 state (`out` when given).
     """
     if not 1 <= count <= keys.shape[1]:
         raise ValueError(f"count={count} must be in [1, {keys.shape[1]}]")
     decay = log_decay[0, :count].astype(np.float64)  # [n, Hv]
     after = np.cumsum(decay[::-1], axis=0)[::-1] - decay  # [n, Hv]: G_n - G_t, the decay after token t
-    weighted_keys = (keys[0, :count] * np.exp(after)[..., None]).transpose(1, 2, 0)  # [Hv, dk, n]
-    update = weighted_keys @ deltas[0, :count].transpose(1, 0, 2)  # [Hv, dk, dv]
-    total = np.exp(decay.sum(axis=0))[None, :, None, None]
-    return (initial_state * total + update[None]).astype(initial_state.dtype, copy=False)
+    weighted_keys = keys[0, :count] * np.exp(after).astype(np.float32)[..., None]  # [n, Hv, dk]
+    update = weighted_keys.transpose(1, 2, 0) @ deltas[0, :count].transpose(1, 0, 2)  # [Hv, dk, dv]
+    total = np.exp(decay.sum(axis=0)).astype(np.float32)[None, :, None, None]
+    out = np.multiply(initial_state, total, out=out, dtype=np.float32)
+    out += update[None]
+    return out
 
 
 def _timed_call(method):
@@ -255,14 +260,29 @@ class LanguageModelSession:
         Returns:
             logits [S, V], hidden states [S, n*H]. Then call `accept(n)`.
         """
+        outputs = self._run_block(block_embeds)
+        return outputs[LOGITS][0].copy(), outputs[HIDDEN_STATES][0].copy()
+
+    @_timed_call
+    def verify_greedy(self, block_embeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`verify`, returning the target's greedy token at each position instead of its logits: what a greedy
+        decoder needs. The argmax reads OpenVINO's output buffer where it lies, so the [S, V] logits (16 MB at
+        real size) are never copied.
+
+        Returns:
+            token ids [S] int64, hidden states [S, n*H]. Then call `accept(n)`.
+        """
+        outputs = self._run_block(block_embeds)
+        return outputs[LOGITS][0].argmax(-1), outputs[HIDDEN_STATES][0].copy()
+
+    def _run_block(self, block_embeds: np.ndarray) -> dict:
         embeds = self._start_call(block_embeds, "block_embeds")
         if len(embeds) > self.verify_length:
             raise ValueError(f"block_embeds has {len(embeds)} tokens; verify takes at most "
                              f"verify_length={self.verify_length}")
-        count = len(embeds)
-        outputs = self._run(embeds, num_logits=count)
-        self._pending = (outputs, count)
-        return outputs[LOGITS][0].copy(), outputs[HIDDEN_STATES][0].copy()
+        outputs = self._run(embeds, num_logits=len(embeds))
+        self._pending = (outputs, len(embeds))
+        return outputs
 
     @_timed_call
     def accept(self, n_tokens: int) -> None:
@@ -314,7 +334,6 @@ class LanguageModelSession:
             if kept == call_length:
                 state[...] = outputs[present_recurrent_state(layer)]
             else:
-                state[...] = rebuild_recurrent_state(
-                    state, outputs[rollback_key(layer)], outputs[rollback_delta(layer)],
-                    outputs[rollback_log_decay(layer)], kept)
+                rebuild_recurrent_state(state, outputs[rollback_key(layer)], outputs[rollback_delta(layer)],
+                                        outputs[rollback_log_decay(layer)], kept, out=state)
         self._past_length = past_length + kept
