@@ -11,7 +11,8 @@ from utils.bench import main
 from utils.engine.verification import StepRecord
 from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc, reliability_bins, replay_threshold,
                                          scored_positions, tokens_per_step_histogram)
-from utils.evaluation.benchmark import THRESHOLD_SWEEP, BenchConfig, markdown_report, run_benchmark, summarize
+from utils.evaluation.benchmark import (THRESHOLD_SWEEP, BenchConfig, markdown_report, run_benchmark, summarize,
+                                        threshold_sweep_times)
 
 PREFILL = StepRecord(drafted=(), emitted=(7,))
 STEPS = [  # four drafting steps of 3 drafts: accepted 0, 3, 1, 2
@@ -156,12 +157,38 @@ def test_every_plot_labels_its_axes_and_shows_a_legend_or_title(results):
     axes = [plots.plot_tokens_per_step_histogram(top_k), plots.plot_conditional_acceptance(results),
             plots.plot_sweep(results, "draft"), plots.plot_configurations(results, names, "formats"),
             plots.plot_time_breakdown(results), plots.plot_reliability(top_k),
-            plots.plot_threshold_sweep(top_k, default=0.5)]
+            plots.plot_threshold_sweep(top_k, default=0.5),
+            plots.plot_threshold_sweep(top_k, default=0.5, times=[1.0] * len(THRESHOLD_SWEEP))]
     for ax in axes:
         assert ax.get_xlabel() or ax.get_xticklabels(), ax.get_title()
         assert ax.get_ylabel() and ax.get_title()
+    timed = axes[-1]
+    assert "ms per token (estimated from this run's stage times)" in [text.get_text()
+                                                                     for text in timed.get_legend().get_texts()]
     acceptance = axes[1]
     counts = [text.get_text() for text in acceptance.texts]
     rows = [row for config in results["configurations"][1:] for row in config["conditional_acceptance"]
             if row["rate"] is not None]
     assert counts == [f"{row['accepted']}/{row['reached']}" for row in rows]
+
+
+def _sweep_config(name: str, rows: list[tuple[float, int, int, int]], *, verification_s: float,
+                  other_s: float = 0.0) -> dict:
+    """A configuration with a replayed sweep: rows of (threshold, steps, drafts verified at it, accepted at it)."""
+    sweep = [{"threshold": threshold, "steps": steps, "drafts verified": rows[0][2], "accepted drafts": rows[0][3],
+              "drafts verified at threshold": verified, "accepted drafts at threshold": accepted}
+             for threshold, steps, verified, accepted in rows]
+    return {"name": name, "confidence": {"threshold_sweep": sweep},
+            "time_breakdown_s": {"draft": other_s, "markov_head": 0.0, "other": 0.0, "verification": verification_s}}
+
+
+def test_threshold_times_come_from_the_runs_own_stage_times():
+    # 10 steps each: 2 drafts verified cost 10 ms a step, 8 drafts 16 ms: the verification line is 8 + v ms
+    short = _sweep_config("2 drafts", [(0.0, 10, 20, 10)], verification_s=0.100)
+    long = _sweep_config("8 drafts", [(0.0, 10, 80, 50), (0.5, 10, 40, 45)], verification_s=0.160, other_s=0.050)
+    results = {"configurations": [short, long]}
+    times = threshold_sweep_times(results, "8 drafts", ["2 drafts", "8 drafts"])
+    # threshold 0: 5 ms of draft + (8 + 8) ms of verification over 6 tokens; threshold 0.5: 5 + (8 + 4) over 5.5
+    assert times == pytest.approx([21 / 6, 17 / 5.5])
+    with pytest.raises(ValueError, match="two counts"):
+        threshold_sweep_times(results, "8 drafts", ["8 drafts"])

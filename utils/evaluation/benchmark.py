@@ -17,6 +17,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.timing import STAGES
 from utils.engine.verification import mean_tokens_per_step
@@ -24,7 +26,8 @@ from utils.evaluation.acceptance import (conditional_acceptance, confidence_auc,
                                          scored_positions, tokens_per_step_histogram)
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
-__all__ = ["SCHEMA_VERSION", "THRESHOLD_SWEEP", "BenchConfig", "summarize", "run_benchmark", "markdown_report", "configurations"]
+__all__ = ["SCHEMA_VERSION", "THRESHOLD_SWEEP", "BenchConfig", "summarize", "run_benchmark", "markdown_report",
+           "configurations", "threshold_sweep_times"]
 
 SCHEMA_VERSION = 5  # 4: configuration names say "N drafts"; speedup_by_repeat; confidence.default_threshold
 # 5: confidence.threshold_sweep
@@ -151,6 +154,35 @@ def run_benchmark(target: Path, configs: list[BenchConfig], pages, *, prompt: st
                        "num_assistant_tokens": config.num_assistant_tokens, **summaries[config.name]}
                       for config in configs]
     return _without_nan(settings | {"configurations": configurations})
+
+
+def threshold_sweep_times(results: dict, name: str, sweep: list[str]) -> list[float]:
+    """Milliseconds per decoded token each threshold of `name`'s replayed sweep would take, estimated from this
+    run's own stage times.
+
+    A drafting step costs `name`'s draft, Markov head and host time per step, which the threshold does not change,
+    plus a verification, whose cost grows with the drafts it verifies: a line fitted through the verification time
+    per step of the configurations in `sweep` (the same draft, fewer drafts per step, every draft verified)
+    against their drafts verified per step. Each threshold's step then costs that at its own drafts verified, over
+    its own tokens per step. One value per row of `name`'s `confidence.threshold_sweep`.
+    """
+    configs = {config["name"]: config for config in results["configurations"]}
+
+    def per_step(config: dict) -> tuple[float, float]:
+        everything = config["confidence"]["threshold_sweep"][0]  # threshold 0: every draft verified
+        steps = everything["steps"]
+        return everything["drafts verified"] / steps, 1000 * config["time_breakdown_s"]["verification"] / steps
+
+    points = np.array([per_step(configs[sweep_name]) for sweep_name in sweep])
+    if len(np.unique(points[:, 0])) < 2:
+        raise ValueError(f"{sweep} verify {sorted(set(points[:, 0]))} drafts per step: a line needs two counts")
+    slope, intercept = np.polyfit(points[:, 0], points[:, 1], 1)
+    config = configs[name]
+    rows = config["confidence"]["threshold_sweep"]
+    stages = config["time_breakdown_s"]
+    fixed = 1000 * (stages["draft"] + stages["markov_head"] + stages["other"]) / rows[0]["steps"]
+    return [(fixed + intercept + slope * row["drafts verified at threshold"] / row["steps"])
+            / (1 + row["accepted drafts at threshold"] / row["steps"]) for row in rows]
 
 
 def _pooled_rate(per_page: list[list[dict]], repeat: int) -> float:

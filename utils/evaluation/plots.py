@@ -137,19 +137,28 @@ def plot_reliability(config: dict, ax=None):
     return ax
 
 
-def plot_threshold_sweep(config: dict, *, default: float, ax=None):
+def plot_threshold_sweep(config: dict, *, default: float, times: list[float] | None = None, ax=None):
     """What each confidence threshold would have verified and kept, replayed on runs that verified every draft
-    (`confidence.threshold_sweep`): drafts verified and tokens per step against the threshold, `default` marked."""
+    (`confidence.threshold_sweep`): drafts verified and tokens per step against the threshold, `default` marked;
+    with `times` (`utils.evaluation.benchmark.threshold_sweep_times`), the estimated milliseconds per token on a
+    second axis."""
     ax = _axes(ax, f"Confidence threshold, replayed: {config['name']}")
     sweep = config["confidence"]["threshold_sweep"]
     thresholds = [row["threshold"] for row in sweep]
-    ax.plot(thresholds, [row["drafts verified at threshold"] / row["steps"] for row in sweep], marker="o",
-            label="drafts verified per step")
-    ax.plot(thresholds, [1 + row["accepted drafts at threshold"] / row["steps"] for row in sweep], marker="s",
-            label="tokens per step")
-    ax.axvline(default, color="gray", linestyle="--", linewidth=0.8, label=f"default threshold ({default:g})")
+    lines = ax.plot(thresholds, [row["drafts verified at threshold"] / row["steps"] for row in sweep], marker="o",
+                    label="drafts verified per step")
+    lines += ax.plot(thresholds, [1 + row["accepted drafts at threshold"] / row["steps"] for row in sweep],
+                     marker="s", label="tokens per step")
+    lines.append(ax.axvline(default, color="gray", linestyle="--", linewidth=0.8,
+                            label=f"default threshold ({default:g})"))
     ax.set_xlabel("confidence threshold")
     ax.set_ylabel("per drafting step")
     ax.set_ylim(0, None)
-    ax.legend(fontsize=8)
+    if times is not None:
+        time_axis = ax.twinx()
+        lines += time_axis.plot(thresholds, times, color="tab:red", marker="^",
+                                label="ms per token (estimated from this run's stage times)")
+        time_axis.set_ylabel("ms per token")
+        time_axis.set_ylim(0, None)
+    ax.legend(handles=lines, fontsize=8)
     return ax
