@@ -50,8 +50,8 @@ from utils.engine.draft import DSparkProposer
 from utils.engine.language_model import LanguageModelSession
 from utils.evaluation.compare import first_difference
 
-__all__ = ["DRAFT_SETTINGS", "INPUT_SCALE", "RecordedStep", "PrefillOnce", "record_tiny_pair_steps", "replay_schedule",
-           "report_rows", "roofline_rows", "main"]
+__all__ = ["DRAFT_SETTINGS", "INPUT_SCALE", "RecordedStep", "PrefillOnce", "greedy_reference", "record_tiny_pair_steps",
+           "replay_schedule", "report_rows", "roofline_rows", "main"]
 
 # name -> (the draft IR's weight format, the draft's compile precision): "default" is the device's own (bf16 on
 # this CPU, with dynamic activation quantization for int8/int4 weights).
@@ -133,7 +133,7 @@ class PrefillOnce:
         return getattr(self.session, name)
 
 
-def _reference(language_model, embed, context_embeds: np.ndarray, length: int) -> tuple[list[int], np.ndarray]:
+def greedy_reference(language_model, embed, context_embeds: np.ndarray, length: int) -> tuple[list[int], np.ndarray]:
     """Target-only greedy tokens after the context, and each token's relative margin (`benchmarks.margins`)."""
     recorder = LogitRecorder(language_model)
     tokens, _, _ = StepCounters(SpeculativeDecoder(recorder, embed, stop_token_ids=())).run(context_embeds, length)
@@ -150,7 +150,7 @@ def measure(language_models: dict, embed, drafts: dict, recorded: list[RecordedS
     for context in contexts:
         context_embeds = embed(rng.integers(vocab_size, size=context))
         for precision, language_model in language_models.items():
-            reference, margins = _reference(language_model, embed, context_embeds, new_tokens + VERIFY_LENGTH)
+            reference, margins = greedy_reference(language_model, embed, context_embeds, new_tokens + VERIFY_LENGTH)
             configs = _decoders(language_model, embed, drafts, reference, vocab_size=vocab_size,
                                 replay_draft=replay_draft, recorded=recorded, thresholds=thresholds)
             for counters, threshold in configs.values():  # warm-up: every call length once, on a short context

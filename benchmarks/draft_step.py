@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.engine_efficiency import in_round_order
 from utils.cli import command_parser, int_at_least
-from utils.contract import INPUTS_EMBEDS
+from utils.contract import INPUTS_EMBEDS, WEIGHT_FORMATS
 from utils.engine.device import PRECISIONS, compile_properties, inference_precision
 from utils.engine.draft import DraftModel, MarkovHead
 
@@ -68,9 +69,7 @@ def measure(folder: Path, *, contexts: list[int], precisions: list[str], steps: 
     block = rng.standard_normal((1, draft.info.block_size, hidden_size), np.float32)
     samples = {(precision, context): [] for precision in precisions for context in contexts}
     for round_index in range(rounds):
-        order = list(samples)
-        order = order[round_index % len(order):] + order[:round_index % len(order)]
-        for precision, context in order:
+        for precision, context in in_round_order(list(samples), round_index):
             draft, head, _ = parts[precision]
             draft.crop(0)
             draft.forward_block(block, rng.standard_normal((1, context, width), np.float32))
@@ -79,15 +78,16 @@ def measure(folder: Path, *, contexts: list[int], precisions: list[str], steps: 
                 samples[precision, context].append(
                     _step(draft, head, block, rng.standard_normal((1, new_context, width), np.float32)))
                 draft.crop(context)
-    return {key: {part: statistics.median(sample[part] for sample in values) for part in values[0]}
-            for key, values in samples.items()} | {"ran_at": {precision: parts[precision][2] for precision in precisions}}
+    medians = {key: {part: statistics.median(sample[part] for sample in values) for part in values[0]}
+               for key, values in samples.items()}
+    return medians | {"ran_at": {precision: parts[precision][2] for precision in precisions}}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = command_parser("benchmarks.draft_step", __doc__.split("\n\n", 1)[1])
     parser.add_argument("--draft", metavar="DIR", type=Path, help="an exported draft folder (default: the random "
                                                                   "real-size draft, built in --work)")
-    parser.add_argument("--draft-format", default="int4", choices=["fp32", "fp16", "int8", "int4"],
+    parser.add_argument("--draft-format", default="int4", choices=WEIGHT_FORMATS,
                         help="weights of the random real-size draft")
     parser.add_argument("--work", metavar="DIR", type=Path, default=Path("/tmp/dspark-engine-bench"),
                         help="where the random real-size draft is cached")

@@ -26,25 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.cpu_speedup import INPUT_SCALE, UPSTREAM_TAU
+from benchmarks.cpu_speedup import INPUT_SCALE, UPSTREAM_TAU, greedy_reference
 from benchmarks.engine_efficiency import (BLOCK_SIZE, ForcedAcceptanceProposer, StepCounters, TableEmbeddings,
                                           in_round_order, prepare_draft, prepare_target, summarize, tau_schedule)
-from benchmarks.margins import LogitRecorder, top_margins
 from benchmarks.real_size_model import EMBEDDINGS_FILE, VERIFY_LENGTH
 from utils.cli import command_parser, int_at_least
 from utils.evaluation.compare import first_difference
 
 FORMATS = ("int8", "int4")
-
-
-def _greedy(session, embed, context_embeds: np.ndarray, length: int) -> tuple[list[int], np.ndarray]:
-    """Target-only greedy tokens after the context and each token's relative margin."""
-    from utils.engine.decoder import SpeculativeDecoder
-
-    recorder = LogitRecorder(session)
-    tokens = SpeculativeDecoder(recorder, embed, stop_token_ids=()).generate(context_embeds,
-                                                                             max_new_tokens=length).tokens
-    return tokens, top_margins(np.stack(recorder.logits))[1]
 
 
 def measure_real_size(work: Path, *, contexts: list[int], new_tokens: int, rounds: int, seed: int = 0) -> list[dict]:
@@ -66,7 +55,7 @@ def measure_real_size(work: Path, *, contexts: list[int], new_tokens: int, round
     setups, rows = {}, []
     for context in contexts:
         context_embeds = embed(rng.integers(vocab_size, size=context))
-        references = {fmt: _greedy(session, embed, context_embeds, new_tokens + VERIFY_LENGTH)
+        references = {fmt: greedy_reference(session, embed, context_embeds, new_tokens + VERIFY_LENGTH)
                       for fmt, session in sessions.items()}
         for fmt, session in sessions.items():
             proposer = ForcedAcceptanceProposer(draft, references[fmt][0], schedule=tau_schedule(UPSTREAM_TAU),

@@ -3,8 +3,9 @@
 `ExportedDraft` reads an exported draft folder once: its config.json and both IRs with their rt_info, checked
 against each other (and, by `check_fits`, against the target). `DraftModel` runs the backbone IR block by block
 and keeps the draft's context keys/values on the host, in preallocated buffers the IR reads in place (appending
-with `np.concatenate`, or a graph that concatenates, would copy the whole cache at every step). `MarkovHead` runs the Markov head IR: the
-left-to-right walk that turns block logits into draft tokens in target ids, with the confidence of each.
+with `np.concatenate`, or a graph that concatenates, would copy the whole cache at every step). `MarkovHead`
+runs the Markov head IR: the left-to-right walk that turns block logits into draft tokens in target ids, with the
+confidence of each.
 `DSparkProposer` puts the two together as the engine's `Proposer`. The IR layout, rt_info keys and why the walk
 lives in the graph are documented in `utils.export.draft`; the names come from `utils.contract`, so the
 runtime never imports the exporter (which needs torch).

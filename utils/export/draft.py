@@ -23,7 +23,8 @@ reference loader, then writes, atomically (a temporary folder moved into place w
     scores over the buffer (a matmul that takes each head's cached keys as rows) and over the new context and the
     block, joined by one softmax written out (a shared maximum and sum), so neither the cache nor its scores are
     concatenated with anything, and grouped-query heads share their K/V head by a reshape of the queries, not by
-    repeating K/V. Up to IR format 5 the graph transposed, concatenated and repeated the whole cache at each call.
+    repeating K/V. Up to draft IR format 1 the graph transposed, concatenated and repeated the whole cache at
+    each call.
 
 `MARKOV_HEAD_MODEL` (openvino_markov_head_model.xml), both Markov computations and the confidence head,
     built op by op (`utils.export.markov_head`):
@@ -74,7 +75,7 @@ from utils.contract import (D2T, DRAFT_MODEL, HIDDEN_STATES, INPUTS_EMBEDS, LAST
 from utils.export.compression import save_ir
 from utils.export.markov_head import MarkovHeadWeights, build_markov_head
 from utils.files import atomic_directory
-from utils.reference.modeling import DSparkAttention, DSparkDraftModel, apply_rope, rope_cos_sin
+from utils.reference.modeling import DSparkAttention, DSparkDraftModel, rope_cos_sin
 
 __all__ = ["DraftBackboneWithCache", "draft_info", "convert_backbone", "convert_markov_head", "export_draft"]
 
@@ -94,7 +95,7 @@ def _attend_in_place(attention: DSparkAttention, block: torch.Tensor, cached: to
     config = attention.config
     heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
     cos, sin = block_rope
-    queries = apply_rope(attention.q_norm(attention._heads(attention.q_proj(block), heads)), cos, sin)
+    queries = attention.project_queries(block, cos, sin)
     block_len = block.shape[1]
     # query head h reads K/V head h // groups: [1, Hq, B, D] -> [1, Hkv, groups * B, D] is a reshape, not a copy
     grouped = queries.reshape(1, kv_heads, (heads // kv_heads) * block_len, head_dim) * head_dim ** -0.5

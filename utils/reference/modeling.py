@@ -105,11 +105,15 @@ class DSparkAttention(nn.Module):
         keys = apply_rope(self.k_norm(self._heads(self.k_proj(x), kv_heads)), cos, sin)
         return keys, self._heads(self.v_proj(x), kv_heads)
 
+    def project_queries(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Queries (normed, rotated) [1, heads, P, head_dim] of x [1, P, H] at the positions of cos/sin."""
+        return apply_rope(self.q_norm(self._heads(self.q_proj(x), self.config.num_attention_heads)), cos, sin)
+
     def forward(self, block: torch.Tensor, context_keys: torch.Tensor, context_values: torch.Tensor,
                 block_rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """block: [1, B, H] (normed); context keys/values: [1, kv_heads, C, head_dim]."""
         cos, sin = block_rope
-        queries = apply_rope(self.q_norm(self._heads(self.q_proj(block), self.config.num_attention_heads)), cos, sin)
+        queries = self.project_queries(block, cos, sin)
         block_keys, block_values = self.project_kv(block, cos, sin)
         keys = torch.cat((context_keys, block_keys), dim=2)
         values = torch.cat((context_values, block_values), dim=2)
