@@ -22,6 +22,7 @@ from utils.reference.modeling import DraftContextCache, load_reference_draft
 from utils.tiny import BUILD_STAMP, DistillConfig, TinyPairConfig, build_tiny_pair, default_pair
 from utils.tiny.__main__ import main as tiny_cli
 from utils.tiny.acceptance import confidence_auc, measure_acceptance, scored_positions
+from utils.tiny.anchor_batch import anchor_batch
 from utils.tiny.anchor_forward import forward_anchor_blocks
 from utils.tiny.config import READING_DISTILL
 from utils.tiny.distill import distill_draft, frequent_vocabulary
@@ -30,7 +31,7 @@ from utils.tiny.draft import build_tiny_draft
 
 ATOL = 1e-5  # float32: the same function, computed in another order
 # The test's budget for a draft of the shipped reading target: the shipped recipe on fewer pages, for fewer steps.
-SMALL = DistillConfig(**READING_DISTILL | {"pages": 16, "steps": 60})
+SMALL = DistillConfig(**READING_DISTILL | {"pages": 16, "steps": 60, "calibration_pages": 4})
 TINY = DistillConfig(pages=2, steps=3)  # enough to exercise every file the distillation writes
 
 
@@ -49,7 +50,8 @@ def distilled(tmp_path_factory):
     random.mkdir()
     build_tiny_draft(default_pair().config, AutoTokenizer.from_pretrained(target), random)
     shutil.copytree(random, draft)
-    distill_draft(target, draft, SMALL)
+    report = distill_draft(target, draft, SMALL)
+    assert report.calibration is not None and report.calibration.rejected > 0
     return target, draft
 
 
@@ -157,6 +159,7 @@ def test_distillation_is_deterministic_from_the_command_line_and_python(tmp_path
     ({"prompts": ()}, "prompts"), ({"learning_rate": 0.0}, "learning_rate=0.0"),
     ({"page_style": "poster"}, "page_style='poster'"), ({"anchors_per_sequence": -1}, "anchors_per_sequence=-1"),
     ({"alignment_weight": -1.0}, "alignment_weight=-1.0"), ({"alignment_weight": 1.0}, "needs page_style='typewriter'"),
+    ({"calibration_pages": -1}, "calibration_pages=-1"),
 ])
 def test_invalid_distill_options_are_rejected(options, message):
     with pytest.raises(ValueError, match=message):
@@ -173,22 +176,18 @@ def _sequence(prompt_length: int, answer: list[int], image_positions: list[int])
 def test_a_block_position_is_aligned_with_the_image_token_of_its_label():
     """Answer token k is image token k on a typewriter page: the label of block position j at the anchor that is
     answer token i is answer token i + 1 + j, shown by image token i + 1 + j (none past the page's last)."""
-    from utils.tiny.distill import _batch
-
     sequence = _sequence(6, [10, 11, 12, 13], image_positions=[1, 2, 3, 4])
-    batch = _batch([sequence], block_size=3, mask_token_id=99)
+    batch = anchor_batch([sequence], block_size=3, mask_token_id=99)
     assert batch.anchor_positions.tolist() == [[6, 7, 8]]
     assert batch.labels.tolist() == [[[11, 12, 13], [12, 13, 0], [13, 0, 0]]]
     assert batch.glyph_positions.tolist() == [[[2, 3, 4], [3, 4, -1], [4, -1, -1]]]
-    short = _batch([_sequence(6, [10, 11, 12, 13], image_positions=[1, 2])], block_size=3, mask_token_id=99)
+    short = anchor_batch([_sequence(6, [10, 11, 12, 13], image_positions=[1, 2])], block_size=3, mask_token_id=99)
     assert short.glyph_positions.tolist() == [[[2, -1, -1], [-1, -1, -1], [-1, -1, -1]]]
 
 
 def test_anchors_are_drawn_at_random_and_in_order_when_limited():
-    from utils.tiny.distill import _batch
-
     sequence = _sequence(3, list(range(20, 40)), image_positions=list(range(1, 3)))
-    limited = _batch([sequence], block_size=2, mask_token_id=99, anchors_per_sequence=5,
+    limited = anchor_batch([sequence], block_size=2, mask_token_id=99, anchors_per_sequence=5,
                      generator=torch.Generator().manual_seed(1))
     positions = limited.anchor_positions[0].tolist()
     assert len(positions) == 5 and positions == sorted(set(positions)) and positions != list(range(3, 8))

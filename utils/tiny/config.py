@@ -132,7 +132,8 @@ READING_PAIR = {"tokenizer_vocab_size": BYTE_VOCABULARY, "draft_vocab_size": 96,
 # the default prompt only: the draft learns the one offset from its block to the glyphs it predicts, which the
 # page's shape and the prompt's length fix (`utils.evaluation.typewriter.PAGE_ROWS`).
 READING_DISTILL = {"page_style": "typewriter", "prompts": (DEFAULT_PROMPT,), "max_new_tokens": PAGE_CELLS,
-                   "pages": 64, "steps": 1500, "anchors_per_sequence": 32, "alignment_weight": 1.0}
+                   "pages": 64, "steps": 1500, "anchors_per_sequence": 32, "alignment_weight": 1.0,
+                   "calibration_pages": 64}
 
 
 @dataclass(frozen=True)
@@ -226,12 +227,15 @@ class DistillConfig:
     confidence_alpha: float = 1.0
     anchors_per_sequence: int = 0  # anchors trained on per answer, drawn at random each step; 0: every position
     alignment_weight: float = 0.0  # typewriter pages: block position j attends the image token of its label
+    calibration_pages: int = 0  # fresh pages (seed + 1) the confidence head is refitted on; 0: keep the trained head
     seed: int = 0
 
     def __post_init__(self):
         _check_counts_and_prompts(self, ("pages", "steps", "sequences_per_step"))
         if self.anchors_per_sequence < 0:
             raise ValueError(f"DistillConfig: anchors_per_sequence={self.anchors_per_sequence} must be >= 0")
+        if self.calibration_pages < 0:
+            raise ValueError(f"DistillConfig: calibration_pages={self.calibration_pages} must be >= 0")
         if self.alignment_weight < 0:
             raise ValueError(f"DistillConfig: alignment_weight={self.alignment_weight} must be >= 0")
         if self.alignment_weight and self.page_style != "typewriter":

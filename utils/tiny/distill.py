@@ -12,7 +12,8 @@ Objective (DeepSpec `deepspec/modeling/dspark/loss.py`, greedy form):
   greedy token there equals the target's, given that the earlier positions were accepted (DeepSpec's
   per-position acceptance rate `1 - TV(draft, target)`, which is this indicator for greedy decoding).
   Out-of-vocabulary labels count as rejections.
-All draft tensors train (backbone, `fc`, norms, `lm_head`, Markov head, confidence head).
+All draft tensors train (backbone, `fc`, norms, `lm_head`, Markov head, confidence head). Given
+`calibration_pages`, the confidence head is then refitted on fresh pages (`utils.tiny.confidence`).
 
 The pruned vocabulary is re-chosen first, as real pruned vocabularies are: the `draft_vocab_size` tokens the
 target writes most often in the training answers (EOS always in). The tiny builder's random subset covers
@@ -38,8 +39,10 @@ import torch.nn.functional as F
 from utils.checkpoint.draft import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, TargetSpec
 from utils.files import sha256_file
 from utils.reference.modeling import DSparkDraftModel, load_reference_draft
+from utils.tiny.anchor_batch import anchor_batch, draft_index_of
 from utils.tiny.anchor_forward import forward_anchor_blocks
 from utils.tiny.config import DistillConfig
+from utils.tiny.confidence import CalibrationReport, calibrate_confidence_head
 from utils.tiny.distill_data import DistillSequence, collect_sequences, training_pages
 from utils.tiny.training import quiet_single_thread, train_steps
 
@@ -64,53 +67,7 @@ class DistillReport:
     vocabulary_coverage: float  # share the re-chosen vocabulary holds (the rest is left out of the CE term)
     first_loss: float
     last_loss: float
-
-
-@dataclass(frozen=True)
-class _Batch:
-    """Padded training batch: block inputs and labels of every anchor."""
-
-    block_ids: torch.Tensor  # [N, A, B] target ids of [anchor, mask, ...]
-    target_hidden: torch.Tensor  # [N, S, L*H]
-    anchor_positions: torch.Tensor  # [N, A]
-    labels: torch.Tensor  # [N, A, B] target ids of the tokens after the anchor (0 where absent)
-    present: torch.Tensor  # [N, A, B] bool: the label exists (inside the answer, real anchor)
-    glyph_positions: torch.Tensor  # [N, A, B] position of the image token that shows the label, -1 where none
-
-
-def _anchor_choice(sequence: DistillSequence, limit: int, generator: torch.Generator) -> torch.Tensor:
-    """The anchor positions trained on: every answer position but the last, or `limit` of them drawn at random."""
-    positions = torch.arange(sequence.prompt_length, len(sequence.token_ids) - 1)
-    if 0 < limit < len(positions):
-        positions = positions[torch.randperm(len(positions), generator=generator)[:limit].sort().values]
-    return positions
-
-
-def _batch(sequences: list[DistillSequence], *, block_size: int, mask_token_id: int, anchors_per_sequence: int = 0,
-           generator: torch.Generator | None = None) -> _Batch:
-    generator = generator or torch.Generator().manual_seed(0)
-    chosen = [_anchor_choice(s, anchors_per_sequence, generator) for s in sequences]
-    length = max(len(s.token_ids) for s in sequences)
-    shape = (len(sequences), max(map(len, chosen)), block_size)
-    block_ids = torch.full(shape, mask_token_id)
-    target_hidden = torch.zeros(len(sequences), length, sequences[0].target_hidden.shape[-1])
-    anchor_positions = torch.zeros(shape[:2], dtype=torch.long)
-    labels = torch.zeros(shape, dtype=torch.long)
-    present = torch.zeros(shape, dtype=torch.bool)
-    glyph_positions = torch.full(shape, -1)
-    for n, (sequence, positions) in enumerate(zip(sequences, chosen)):
-        tokens, size, count = sequence.token_ids, len(sequence.token_ids), len(positions)
-        target_hidden[n, :size] = sequence.target_hidden
-        anchor_positions[n, :count] = positions
-        block_ids[n, :count, 0] = tokens[positions]
-        label_positions = positions[:, None] + torch.arange(1, block_size + 1)
-        present[n, :count] = label_positions < size
-        labels[n, :count] = torch.where(present[n, :count], tokens[label_positions.clamp(max=size - 1)], 0)
-        glyphs = label_positions - sequence.prompt_length  # answer token k is image token k on a typewriter page
-        shown = present[n, :count] & (glyphs < len(sequence.image_positions))
-        glyph_positions[n, :count] = torch.where(
-            shown, sequence.image_positions[glyphs.clamp(max=len(sequence.image_positions) - 1)], -1)
-    return _Batch(block_ids, target_hidden, anchor_positions, labels, present, glyph_positions)
+    calibration: CalibrationReport | None = None  # the confidence head refitted on fresh pages, if it was
 
 
 def alignment_loss(context_weights: list[torch.Tensor], glyph_positions: torch.Tensor) -> torch.Tensor:
@@ -186,12 +143,6 @@ def frequent_vocabulary(target_ids: np.ndarray, counts: Counter, *, eos_token_id
     return np.array([t if t in chosen else next(newcomers) for t in target_ids.tolist()], dtype=np.int64)
 
 
-def _draft_index(model: DSparkDraftModel) -> torch.Tensor:
-    index = torch.full((model.config.vocab_size,), -1, dtype=torch.long)
-    index[model.target_ids] = torch.arange(model.config.draft_vocab_size)
-    return index
-
-
 def _shuffled_batches(count: int, *, size: int, seed: int) -> Iterator[list[int]]:
     """Endless batches of `size` indices below `count`, in seeded random epochs (a batch may span two)."""
     generator = torch.Generator().manual_seed(seed)
@@ -207,14 +158,14 @@ def _train(model: DSparkDraftModel, embed_tokens: torch.nn.Module, sequences: li
            config: DistillConfig) -> tuple[float, float]:
     """`config.steps` steps of `sequences_per_step` sequences each, drawn in a seeded random order (epochs)."""
     draft_config = model.config
-    draft_index = _draft_index(model)
+    draft_index = draft_index_of(model)
     chosen_batches = _shuffled_batches(len(sequences), size=config.sequences_per_step, seed=config.seed)
     anchor_generator = torch.Generator().manual_seed(config.seed)
 
     def step_loss(step: int) -> tuple[torch.Tensor, dict]:
-        batch = _batch([sequences[i] for i in next(chosen_batches)], block_size=draft_config.block_size,
-                       mask_token_id=draft_config.mask_token_id, anchors_per_sequence=config.anchors_per_sequence,
-                       generator=anchor_generator)
+        batch = anchor_batch([sequences[i] for i in next(chosen_batches)], block_size=draft_config.block_size,
+                             mask_token_id=draft_config.mask_token_id,
+                             anchors_per_sequence=config.anchors_per_sequence, generator=anchor_generator)
         with torch.no_grad():
             block_embeds = embed_tokens(batch.block_ids)
         hidden, context_weights = forward_anchor_blocks(model, block_embeds, batch.target_hidden,
@@ -281,10 +232,7 @@ def distill_draft(target_dir: Path | str, draft_dir: Path | str, config: Distill
         target = AutoModelForImageTextToText.from_pretrained(target_dir).eval()
         processor = AutoProcessor.from_pretrained(target_dir)
         model = load_reference_draft(draft_dir, target=TargetSpec.from_folder(target_dir))
-        cases = [(page, prompt) for page in training_pages(config.pages, seed=config.seed, style=config.page_style)
-                 for prompt in config.prompts]
-        sequences = collect_sequences(target, processor, cases, hidden_layer_ids=model.config.target_layer_ids,
-                                      max_new_tokens=config.max_new_tokens)
+        sequences = _answers(target, processor, model, config, pages=config.pages, seed=config.seed)
         if not sequences:
             raise ValueError("distill_draft: the target wrote no answer of two tokens or more; nothing to learn")
         answers = torch.cat([s.token_ids[s.prompt_length:] for s in sequences])
@@ -292,10 +240,23 @@ def distill_draft(target_dir: Path | str, draft_dir: Path | str, config: Distill
         model.target_ids = torch.from_numpy(frequent_vocabulary(
             model.target_ids.numpy(), Counter(answers.tolist()), eos_token_id=target.generation_config.eos_token_id))
         first_loss, last_loss = _train(model, target.get_input_embeddings(), sequences, config)
+        calibration = None
+        if config.calibration_pages:
+            fresh = _answers(target, processor, model, config, pages=config.calibration_pages, seed=config.seed + 1)
+            calibration = calibrate_confidence_head(model, target.get_input_embeddings(), fresh)
         _write_draft(model, draft_dir)
     return DistillReport(len(sequences), len(answers), built_coverage, _coverage(model, answers), first_loss,
-                         last_loss)
+                         last_loss, calibration)
+
+
+def _answers(target, processor, model: DSparkDraftModel, config: DistillConfig, *, pages: int, seed: int
+             ) -> list[DistillSequence]:
+    """The target's answers on `pages` generated pages of the configured style, for every configured prompt."""
+    cases = [(page, prompt) for page in training_pages(pages, seed=seed, style=config.page_style)
+             for prompt in config.prompts]
+    return collect_sequences(target, processor, cases, hidden_layer_ids=model.config.target_layer_ids,
+                             max_new_tokens=config.max_new_tokens)
 
 
 def _coverage(model: DSparkDraftModel, tokens: torch.Tensor) -> float:
-    return (_draft_index(model)[tokens] >= 0).float().mean().item()
+    return (draft_index_of(model)[tokens] >= 0).float().mean().item()
