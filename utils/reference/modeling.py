@@ -232,12 +232,15 @@ class DSparkDraftModel(nn.Module):
         """[K] previous target ids -> [K, Vd] Markov bias `W2 @ W1[prev]`."""
         return self.markov_w2(self.markov_w1(previous_target_ids))
 
+    def confidence_features(self, hidden: torch.Tensor, previous_target_ids: torch.Tensor) -> torch.Tensor:
+        """[K, H] hidden, [K] previous target ids -> the confidence head's input: `[h_k ; W1[prev_k]]`, or `h_k`."""
+        if self.config.confidence_head_with_markov:
+            return torch.cat((hidden, self.markov_w1(previous_target_ids)), dim=-1)
+        return hidden
+
     def confidence(self, hidden: torch.Tensor, previous_target_ids: torch.Tensor) -> torch.Tensor:
         """[K, H] hidden, [K] previous target ids -> [K] predicted probability that each draft token is accepted."""
-        features = hidden
-        if self.config.confidence_head_with_markov:
-            features = torch.cat((hidden, self.markov_w1(previous_target_ids)), dim=-1)
-        return torch.sigmoid(self.confidence_proj(features)).squeeze(-1)
+        return torch.sigmoid(self.confidence_proj(self.confidence_features(hidden, previous_target_ids))).squeeze(-1)
 
 
 def load_reference_draft(folder, *, target: TargetSpec | None = None,

@@ -80,7 +80,7 @@ def scored_drafts(model: DSparkDraftModel, embed_tokens: torch.nn.Module, sequen
         hit = (greedy == label) & (label >= 0)
         all_before = torch.cat((torch.ones_like(hit[..., :1]), hit[..., :-1]), dim=-1).long().cumprod(-1).bool()
         scored = batch.present & all_before
-        features.append(torch.cat((hidden, model.markov_w1(previous)), dim=-1)[scored])
+        features.append(model.confidence_features(hidden, previous)[scored])
         probabilities.append(probability[scored])
         accepted.append(hit[scored])
     return ScoredDrafts(torch.cat(features), torch.cat(probabilities), torch.cat(accepted))

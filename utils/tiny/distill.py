@@ -88,14 +88,14 @@ def alignment_loss(context_weights: list[torch.Tensor], glyph_positions: torch.T
     return -torch.log(weights.gather(-1, index)[..., 0] + 1e-6).mean(1)[shown].mean()
 
 
-def dspark_loss(model: DSparkDraftModel, block_hidden: torch.Tensor, *, anchor_ids: torch.Tensor,
+def dspark_loss(model: DSparkDraftModel, block_hidden: torch.Tensor, *, previous_ids: torch.Tensor,
                 labels: torch.Tensor, present: torch.Tensor, draft_index: torch.Tensor, loss_decay_gamma: float,
                 confidence_alpha: float) -> tuple[torch.Tensor, dict]:
     """The DSpark objective (greedy form, see the module docstring) for blocks run at anchors.
 
     Args:
         block_hidden: [N, A, B, H] output of `forward_anchor_blocks`.
-        anchor_ids: [N, A] target id of each anchor.
+        previous_ids: [N, A, B] the target token before each label (`AnchorBatch.previous_ids`).
         labels: [N, A, B] target ids the target wrote after each anchor.
         present: [N, A, B] bool, where a label exists.
         draft_index: [V] draft id of each target id, -1 outside the draft vocabulary.
@@ -106,8 +106,7 @@ def dspark_loss(model: DSparkDraftModel, block_hidden: torch.Tensor, *, anchor_i
         (scalar loss, {"ce": ..., "confidence": ..., "accuracy": ...} as floats).
     """
     block_size = labels.shape[-1]
-    previous = torch.cat((anchor_ids[..., None], labels[..., :-1]), dim=-1)
-    scores = model.logits(block_hidden) + model.markov_bias(previous)  # [N, A, B, Vd]
+    scores = model.logits(block_hidden) + model.markov_bias(previous_ids)  # [N, A, B, Vd]
     label_draft = draft_index[labels]
     in_vocabulary = present & (label_draft >= 0)
     weight = present * torch.exp(-torch.arange(block_size) / loss_decay_gamma)
@@ -115,7 +114,7 @@ def dspark_loss(model: DSparkDraftModel, block_hidden: torch.Tensor, *, anchor_i
     cross_entropy = F.cross_entropy(scores.flatten(0, 2), label_draft.clamp(min=0).flatten(), reduction="none")
     ce = (cross_entropy * ce_weight.flatten()).sum() / ce_weight.sum().clamp(min=1e-6)
     accepted = (scores.argmax(-1) == label_draft) & in_vocabulary
-    confidence = model.confidence(block_hidden, previous).clamp(1e-6, 1 - 1e-6)
+    confidence = model.confidence(block_hidden, previous_ids).clamp(1e-6, 1 - 1e-6)
     bce = F.binary_cross_entropy(confidence, accepted.float(), reduction="none")
     confidence_loss = (bce * weight).sum() / weight.sum().clamp(min=1e-6)
     stats = {"ce": ce.item(), "confidence": confidence_loss.item(),
@@ -170,7 +169,7 @@ def _train(model: DSparkDraftModel, embed_tokens: torch.nn.Module, sequences: li
             block_embeds = embed_tokens(batch.block_ids)
         hidden, context_weights = forward_anchor_blocks(model, block_embeds, batch.target_hidden,
                                                         batch.anchor_positions)
-        loss, stats = dspark_loss(model, hidden, anchor_ids=batch.block_ids[..., 0], labels=batch.labels,
+        loss, stats = dspark_loss(model, hidden, previous_ids=batch.previous_ids, labels=batch.labels,
                                   present=batch.present, draft_index=draft_index,
                                   loss_decay_gamma=config.loss_decay_gamma, confidence_alpha=config.confidence_alpha)
         shown = {"accuracy": stats["accuracy"]}
