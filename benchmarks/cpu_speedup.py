@@ -15,7 +15,10 @@ target-only step's margin there over the logits' spread).
 2. The confident prefix: acceptance and confidences replayed from recorded runs of the distilled tiny pair
    (`record_tiny_pair_steps`: per step, how many drafts the target accepted and the draft's confidence at
    each position), 15 drafts per step (fixed, threshold 0) against thresholds that verify only the confident prefix.
-   The language-model IR takes any length, so a shorter verification costs less.
+   The language-model IR takes any length, so a shorter verification costs less. And the cost-aware prefix
+   (`COST_AWARE`, `utils.engine.step_cost`): every draft's confidence against this device's `StepCost`, measured
+   per context and target precision before the runs (a target-only run and a run verifying every draft) and
+   printed as the `--step-cost` values of `utils.ocr`.
 3. A roofline line per context and target precision: the bytes a decode step reads (`benchmarks.roofline`:
    weights, K/V cache, linear-attention states) over this machine's read bandwidth, measured in numpy before
    and after the run (the faster of the two counts), against the measured target-only step.
@@ -48,18 +51,20 @@ from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.device import PRECISIONS, compile_properties, inference_precision
 from utils.engine.draft import DSparkProposer
 from utils.engine.language_model import LanguageModelSession
+from utils.engine.step_cost import StepCost
 from utils.evaluation.compare import first_difference
 
-__all__ = ["DRAFT_SETTINGS", "INPUT_SCALE", "RecordedStep", "PrefillOnce", "greedy_reference", "record_tiny_pair_steps",
-           "replay_schedule", "report_rows", "roofline_rows", "main"]
+__all__ = ["DRAFT_SETTINGS", "INPUT_SCALE", "COST_AWARE", "RecordedStep", "PrefillOnce", "greedy_reference",
+           "measure_step_cost", "record_tiny_pair_steps", "replay_schedule", "report_rows", "roofline_rows", "main"]
 
 # name -> (the draft IR's weight format, the draft's compile precision): "default" is the device's own (bf16 on
 # this CPU, with dynamic activation quantization for int8/int4 weights).
 DRAFT_SETTINGS = {"fp32": ("fp32", "f32"), "bf16": ("fp32", "default"), "int8": ("int8", "default"),
-                  "int4": ("int4", "default")}
+                  "int4": ("int4", "default"), "int4-f32": ("int4", "f32")}  # int4-f32: a CPU without bf16
 UPSTREAM_TAU = 5.47  # the seed's tokens per step of the real pair (Arc B390)
 INPUT_SCALE = 16.0  # sharpen_margins: margins like a confident reader's (docs/performance.md)
 TARGET_ONLY = "target only"
+COST_AWARE = "replay, cost-aware"  # threshold 0, then the prefix with the most expected tokens per ms (StepCost)
 WARM_UP_CONTEXT = 256  # tokens: a warm-up needs every call length, not the long context's prefill
 @dataclass(frozen=True)
 class RecordedStep:
@@ -97,20 +102,34 @@ def replay_schedule(steps: list[RecordedStep]):
 
 
 def _decoders(language_model, embed, drafts: dict, reference: list[int], *, vocab_size: int, replay_draft: str,
-              recorded: list[RecordedStep], thresholds: list[float]) -> dict:
-    """name -> (StepCounters, confidence threshold) of every configuration of one context and target precision."""
+              recorded: list[RecordedStep], thresholds: list[float], step_cost: StepCost | None = None) -> dict:
+    """name -> (StepCounters, confidence threshold, step cost) of every configuration of one context and target
+    precision; with `step_cost`, also the replay that verifies the cost-aware prefix (`COST_AWARE`)."""
     def speculative(draft, schedule):
         proposer = ForcedAcceptanceProposer(draft, reference, schedule=schedule, vocab_size=vocab_size)
         return StepCounters(SpeculativeDecoder(language_model, embed, stop_token_ids=(), proposer=proposer,
                                                block_size=BLOCK_SIZE))
 
-    configs = {TARGET_ONLY: (StepCounters(SpeculativeDecoder(language_model, embed, stop_token_ids=())), 0.0)}
+    configs = {TARGET_ONLY: (StepCounters(SpeculativeDecoder(language_model, embed, stop_token_ids=())), 0.0, None)}
     for name, draft in drafts.items():
-        configs[f"draft {name}"] = (speculative(draft, tau_schedule(UPSTREAM_TAU)), 0.0)
+        configs[f"draft {name}"] = (speculative(draft, tau_schedule(UPSTREAM_TAU)), 0.0, None)
     for threshold in thresholds:
         configs[f"replay, threshold {threshold:g}"] = (speculative(drafts[replay_draft], replay_schedule(recorded)),
-                                                       threshold)
+                                                       threshold, None)
+    if step_cost is not None:
+        configs[COST_AWARE] = (speculative(drafts[replay_draft], replay_schedule(recorded)), 0.0, step_cost)
     return configs
+
+
+def measure_step_cost(configs: dict, draft_name: str, context_embeds: np.ndarray, new_tokens: int) -> StepCost:
+    """This device's `StepCost` at this context: one target-only run (the anchor's call) and one run of the draft
+    verifying every draft at forced acceptance, on warmed-up models."""
+    target_only, forced = configs[TARGET_ONLY][0], configs[f"draft {draft_name}"][0]
+    alone = summarize(target_only.run(context_embeds, new_tokens)[1])
+    full = summarize(forced.run(context_embeds, new_tokens)[1][1:])  # the first step ingests the context
+    verified = statistics.fmean(len(step.drafted) for step in forced.last_steps[2:])
+    return StepCost.from_calls(drafting_ms=full["draft_ms"] + full["markov_ms"] + full["host_ms"],
+                               anchor_ms=alone["target_ms"], verification_ms=full["target_ms"], drafts=round(verified))
 
 
 class PrefillOnce:
@@ -141,30 +160,37 @@ def greedy_reference(language_model, embed, context_embeds: np.ndarray, length: 
 
 
 def measure(language_models: dict, embed, drafts: dict, recorded: list[RecordedStep], *, contexts: list[int],
-            thresholds: list[float], replay_draft: str, new_tokens: int, rounds: int, seed: int) -> dict:
+            thresholds: list[float], replay_draft: str, new_tokens: int, rounds: int, seed: int
+            ) -> tuple[dict, dict]:
     """Interleaved runs of every configuration at every context and target precision (`language_models`:
-    precision -> session); raw per-step counters and first differences per (context, precision, name)."""
+    precision -> session): raw per-step counters and first differences per (context, precision, name), and the
+    `StepCost` measured per (context, precision) before the runs (which the cost-aware replay uses)."""
     rng = np.random.default_rng(seed)
     vocab_size = embed.table.shape[0]
-    setups = {}
+    setups, costs = {}, {}
     for context in contexts:
         context_embeds = embed(rng.integers(vocab_size, size=context))
         for precision, language_model in language_models.items():
             reference, margins = greedy_reference(language_model, embed, context_embeds, new_tokens + VERIFY_LENGTH)
-            configs = _decoders(language_model, embed, drafts, reference, vocab_size=vocab_size,
-                                replay_draft=replay_draft, recorded=recorded, thresholds=thresholds)
-            for counters, threshold in configs.values():  # warm-up: every call length once, on a short context
+            options = dict(vocab_size=vocab_size, replay_draft=replay_draft, recorded=recorded, thresholds=thresholds)
+            configs = _decoders(language_model, embed, drafts, reference, **options)
+            for counters, threshold, _ in configs.values():  # warm-up: every call length once, on a short context
                 counters.run(context_embeds[:WARM_UP_CONTEXT], 2 * VERIFY_LENGTH, confidence_threshold=threshold)
+            step_cost = measure_step_cost(configs, replay_draft, context_embeds, new_tokens)
+            configs = _decoders(language_model, embed, drafts, reference, **options, step_cost=step_cost)
             setups[(context, precision)] = (context_embeds, reference, margins, configs)
-            print(f"  context {context}, target at {precision}: reference run and warm-ups done", flush=True)
+            costs[(context, precision)] = step_cost
+            print(f"  context {context}, target at {precision}: reference run and warm-ups done; step cost "
+                  f"{step_cost.fixed_ms:.1f} ms + {step_cost.per_draft_ms:.2f} ms per draft verified", flush=True)
     raw = {}
     for round_index in range(rounds):
         for context in contexts:
             runs = [(precision, name) for precision in language_models for name in setups[(context, precision)][3]]
             for precision, name in in_round_order(runs, round_index):
                 context_embeds, reference, margins, configs = setups[(context, precision)]
-                counters, threshold = configs[name]
-                tokens, steps, seconds = counters.run(context_embeds, new_tokens, confidence_threshold=threshold)
+                counters, threshold, step_cost = configs[name]
+                tokens, steps, seconds = counters.run(context_embeds, new_tokens, confidence_threshold=threshold,
+                                                      step_cost=step_cost)
                 label = f"context {context}, {precision}, {name}, round {round_index}"
                 check_invariant(tokens, reference, label=label, strict=precision == "f32")
                 first = first_difference(tokens, reference[:len(tokens)])
@@ -179,7 +205,7 @@ def measure(language_models: dict, embed, drafts: dict, recorded: list[RecordedS
                     record["differences"].append({"round": round_index, "position": first,
                                                   "reference_relative_margin": float(margins[first])})
                 print(f"  round {round_index} context {context} {precision} {name}: {seconds:.2f} s", flush=True)
-    return raw
+    return raw, costs
 
 
 def report_rows(raw: dict, *, contexts: list[int], precisions: list[str]) -> list[dict]:
@@ -289,20 +315,26 @@ def main(argv: list[str] | None = None) -> None:
     print(f"draft settings (inference precision): {draft_precisions}; {args.new_tokens} tokens per run, "
           f"{args.rounds} rounds", flush=True)
     bandwidth_before = memory_bandwidth()
-    raw = measure(language_models, embed, drafts, recorded, contexts=args.contexts, thresholds=args.thresholds,
-                  replay_draft=args.replay_draft, new_tokens=args.new_tokens, rounds=args.rounds, seed=args.seed)
+    raw, costs = measure(language_models, embed, drafts, recorded, contexts=args.contexts,
+                         thresholds=args.thresholds, replay_draft=args.replay_draft, new_tokens=args.new_tokens,
+                         rounds=args.rounds, seed=args.seed)
     bandwidth_after = memory_bandwidth()
     bandwidth = max(bandwidth_before["bandwidth"], bandwidth_after["bandwidth"])
     rows = report_rows(raw, contexts=args.contexts, precisions=list(language_models))
     roofline = roofline_rows(rows, weights=weight_bytes(target / LANGUAGE_MODEL_NAME),
                              state_bytes=next(iter(language_models.values())).state_bytes, bandwidth=bandwidth)
     print_tables(rows, roofline)
+    step_costs = [{"context": context, "precision": precision} | asdict(cost)
+                  for (context, precision), cost in costs.items()]
+    for cost in step_costs:
+        print(f"step cost at context {cost['context']}, target at {cost['precision']}: --step-cost "
+              f"{cost['fixed_ms']:.0f} {cost['per_draft_ms']:.1f}")
     if args.json:
         settings = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()}
         write_json(args.json, {"settings": settings, "draft_inference_precision": draft_precisions,
                                "bandwidth": {"before": bandwidth_before, "after": bandwidth_after},
                                "recorded_steps": [asdict(step) for step in recorded], "rows": rows,
-                               "roofline": roofline})
+                               "roofline": roofline, "step_costs": step_costs})
 
 
 if __name__ == "__main__":

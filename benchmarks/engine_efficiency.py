@@ -53,6 +53,7 @@ from utils.contract import WEIGHT_FORMATS, LanguageModelConfig
 from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.draft import DSparkProposer
 from utils.engine.proposal import Proposal
+from utils.engine.step_cost import StepCost
 from utils.engine.timing import Clock, StageTimer
 from utils.evaluation.compare import first_difference
 
@@ -200,8 +201,8 @@ class StepCounters:
                 "session": language_model.host_seconds, "draft": draft, "markov": markov,
                 "draft_stage": stages["draft"], "markov_stage": stages["markov_head"]}
 
-    def run(self, context_embeds: np.ndarray, max_new_tokens: int, *, confidence_threshold: float = 0.0
-            ) -> tuple[list[int], list[dict], float]:
+    def run(self, context_embeds: np.ndarray, max_new_tokens: int, *, confidence_threshold: float = 0.0,
+            step_cost: StepCost | None = None) -> tuple[list[int], list[dict], float]:
         """(tokens, per-step counters after the first token, decode seconds) of one generation after the context."""
         timer, readings, emitted = StageTimer(), [], []
 
@@ -210,7 +211,7 @@ class StepCounters:
             emitted.append(len(step.emitted))
 
         decoded = self.decoder.generate(context_embeds, max_new_tokens=max_new_tokens, timer=timer, on_step=record,
-                                        confidence_threshold=confidence_threshold)
+                                        confidence_threshold=confidence_threshold, step_cost=step_cost)
         self.last_steps = decoded.metrics.steps
         steps = [{key: after[key] - before[key] for key in COUNTERS} | {"emitted": count}
                  for before, after, count in zip(readings, readings[1:], emitted[1:])]

@@ -23,7 +23,7 @@ COMMANDS = ["utils.ocr", "utils.bench", "utils.export.__main__", "utils.tiny.__m
             "benchmarks.chunked_prefill", "benchmarks.cpu_speedup", "benchmarks.engine_efficiency", "benchmarks.fc_kernels",
             "benchmarks.language_model_latency", "benchmarks.margins", "benchmarks.reader_study",
             "benchmarks.real_size_dry_run", "benchmarks.seed_validation"]
-METAVARS = {"N", "X", "P", "DIR", "FILE", "RANGE", "TEXT", "JSON", "DEVICE"}
+METAVARS = {"N", "X", "P", "MS", "DIR", "FILE", "RANGE", "TEXT", "JSON", "DEVICE"}
 
 
 @pytest.fixture
@@ -102,6 +102,13 @@ def test_ocr_checks_the_page_range_against_the_pdf(empty_models, tmp_path, capsy
     pdf = pdf_of_images([Image.new("RGB", (60, 40), "white")] * 2, tmp_path / "two.pdf")
     code, stderr = _exit(main, [str(pdf), *arguments], capsys)
     assert code == 2 and stderr.count("\n") == 1 and message.format(pdf=pdf) in stderr, stderr
+
+
+def test_ocr_checks_the_step_cost_before_exporting_anything(empty_models, page, capsys):
+    from utils.ocr import main
+
+    code, stderr = _exit(main, [str(page), "--step-cost", "0", "4"], capsys)
+    assert code == 2 and stderr.count("\n") == 1 and "a step cost needs fixed_ms > 0" in stderr, stderr
 
 
 def test_ocr_pages_of_an_image_is_a_mistake(empty_models, page, capsys):

@@ -12,6 +12,7 @@ from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.device import F32_PROPERTIES
 from utils.engine.draft import DSparkProposer
 from utils.engine.language_model import LanguageModelSession
+from utils.engine.step_cost import StepCost
 from utils.evaluation.reading_pages import sample_pages
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 from utils.pipeline.vision import TextEmbeddings
@@ -123,7 +124,8 @@ def test_forced_acceptance_without_a_draft_proposes_the_schedule_and_nothing_els
 
 
 def test_a_replay_verifies_only_the_confident_prefix_and_keeps_the_output(text_only):
-    """The threshold cuts each step at its first doubtful draft: the verification is shorter, the tokens the same."""
+    """The threshold cuts each step at its first doubtful draft, and a step cost where drafts stop paying for
+    themselves (`StepCost`): the verification is shorter, the tokens the same."""
     session, embed, proposer, prompt = text_only
     reference, _, _ = StepCounters(SpeculativeDecoder(session, embed, stop_token_ids=())).run(prompt, 60)
     recorded = [RecordedStep(3, (0.9, 0.8, 0.7, 0.2, 0.9)), RecordedStep(1, (0.95, 0.3, 0.9))]
@@ -131,8 +133,29 @@ def test_a_replay_verifies_only_the_confident_prefix_and_keeps_the_output(text_o
                                       vocab_size=session.config.vocab_size)
     counters = StepCounters(SpeculativeDecoder(session, embed, stop_token_ids=(), proposer=forced,
                                                block_size=proposer.info.block_size))
-    for threshold, verified, emitted in [(0.5, [3, 1, 3, 1], [4, 2, 4, 2]), (0.0, [8, 8, 8, 8], [4, 2, 4, 2])]:
-        tokens, _, _ = counters.run(prompt, 40, confidence_threshold=threshold)
+    dear = StepCost(fixed_ms=100, per_draft_ms=60)  # step 1: E(2) / 220 ms beats E(3) / 280 ms
+    for threshold, cost, verified, emitted in [(0.5, None, [3, 1, 3, 1], [4, 2, 4, 2]),
+                                               (0.0, None, [8, 8, 8, 8], [4, 2, 4, 2]),
+                                               (0.0, dear, [2, 1, 2, 1], [3, 2, 3, 2])]:
+        tokens, _, _ = counters.run(prompt, 40, confidence_threshold=threshold, step_cost=cost)
         assert tokens == reference[:40]
         steps = counters.last_steps[1:5]
         assert [len(step.drafted) for step in steps] == verified and [len(step.emitted) for step in steps] == emitted
+
+
+def test_the_benchmark_measures_a_step_cost_from_a_target_only_run_and_a_run_verifying_every_draft(text_only):
+    """`benchmarks.cpu_speedup.measure_step_cost` on the tiny engine: its figures are times, so only their kind is
+    checked: a positive fixed part, and the drafts counted as the forced run verified them (all 8)."""
+    from benchmarks.cpu_speedup import TARGET_ONLY, measure_step_cost
+
+    session, embed, proposer, prompt = text_only
+    reference, _, _ = StepCounters(SpeculativeDecoder(session, embed, stop_token_ids=())).run(prompt, 60)
+    forced = ForcedAcceptanceProposer(proposer, reference, schedule=tau_schedule(3.0),
+                                      vocab_size=session.config.vocab_size)
+    configs = {TARGET_ONLY: (StepCounters(SpeculativeDecoder(session, embed, stop_token_ids=())), 0.0, None),
+               "draft tiny": (StepCounters(SpeculativeDecoder(session, embed, stop_token_ids=(), proposer=forced,
+                                                              block_size=proposer.info.block_size)), 0.0, None)}
+    cost = measure_step_cost(configs, "tiny", prompt, 24)
+    assert cost.fixed_ms > 0 and cost.per_draft_ms >= 0
+    verified = [len(step.drafted) for step in configs["draft tiny"][0].last_steps[1:-1]]
+    assert len(verified) >= 4 and set(verified) == {8}

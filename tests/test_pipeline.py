@@ -10,6 +10,7 @@ import pytest
 
 from oracle import ORACLE_CASES, NoisyAnswer
 from utils.evaluation.pages import SAMPLE_PROMPTS as PROMPTS
+from utils.engine.step_cost import StepCost
 from utils.evaluation.reading_pages import sample_pages
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
@@ -102,16 +103,21 @@ def test_streamed_text_is_the_final_text(pipelines, answer):
     assert "".join(pieces) == result.texts[0] and len(pieces) > 1
 
 
-def test_confidence_threshold_keeps_the_output(tiny_ir, answer):
+@pytest.mark.parametrize("cost", [None, StepCost(fixed_ms=10, per_draft_ms=2)])
+def test_confidence_threshold_keeps_the_output(tiny_ir, answer, cost):
     expected = answer(4, 0, 48)
     pipeline = SpeculativeOcrPipeline(tiny_ir[0], device="CPU", precision="f32", block_size=8,
                                       proposer=NoisyAnswer(expected, seed=3, error_rate=0.1))
-    result = pipeline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=48, confidence_threshold=0.5)
+    result = pipeline.generate(PAGES[4].image, PROMPTS[0], max_new_tokens=48, confidence_threshold=0.5,
+                               step_cost=cost)
     assert tuple(result.tokens) == expected
     assert any(len(step.drafted) < 8 for step in result.metrics.steps[1:])
     for step in result.metrics.steps[1:]:  # what was not verified is recorded as cut, with its confidences
         assert len(step.drafted) + len(step.cut) == 8 and len(step.cut_confidences) == len(step.cut)
-        assert all(c < 0.5 for c in step.cut_confidences[:1]) and all(c >= 0.5 for c in step.confidences)
+        proposed = step.confidences + step.cut_confidences
+        confident = next((index for index, c in enumerate(proposed) if c < 0.5), 8)  # the threshold's prefix
+        expected = confident if cost is None else cost.best_prefix_length(proposed[:confident])
+        assert len(step.drafted) == expected
 
 
 def test_bad_input_fails_clearly(pipelines, tmp_path):

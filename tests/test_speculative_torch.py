@@ -9,6 +9,7 @@ import torch
 
 from oracle import ORACLE_CASES, NoisyAnswer
 from utils.checkpoint.draft import TargetSpec
+from utils.engine.step_cost import StepCost
 from utils.evaluation.pages import SAMPLE_PROMPTS as PROMPTS
 from utils.evaluation.reading_pages import sample_pages
 from utils.reference.modeling import load_reference_draft
@@ -106,15 +107,17 @@ def test_eos_and_the_budget_fall_inside_blocks_in_the_cases_above(models, case):
     assert eos_inside and budget_inside
 
 
-def test_confidence_threshold_keeps_the_output(models, case):
+@pytest.mark.parametrize("cut", [{"confidence_threshold": 0.5},
+                                 {"confidence_threshold": 0.0, "step_cost": StepCost(fixed_ms=10, per_draft_ms=2)}])
+def test_confidence_threshold_keeps_the_output(models, case, cut):
     target, _, _, runner = models
     inputs, reference = case
     answer = reference(4, 0, 48)
     drafter = NoisyAnswer(answer, seed=3, error_rate=0.1, vocab_size=target.config.text_config.vocab_size)
     result = speculative_generate(runner, drafter, inputs(4, 0), max_new_tokens=48, num_assistant_tokens=8,
-                                  eos_token_ids=_eos(target), confidence_threshold=0.5)
+                                  eos_token_ids=_eos(target), **cut)
     assert tuple(result.tokens) == answer
-    assert any(len(step.drafted) < 8 for step in result.steps[1:])  # some blocks were cut by the threshold
+    assert any(len(step.drafted) < 8 for step in result.steps[1:])  # some blocks were cut
     _check_bookkeeping(result, 8)
 
 

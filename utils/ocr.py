@@ -2,8 +2,9 @@
 
     python -m utils.ocr FILE [--pages RANGE] [--target DIR] [--draft DIR|none] [--prompt TEXT]
                              [--max-new-tokens N] [--num-assistant-tokens N] [--markov-head-top-k N]
-                             [--confidence-threshold P] [--device DEVICE] [--precision f32|default]
-                             [--draft-precision f32|default] [--chat-template-kwargs JSON] [--json [FILE]]
+                             [--confidence-threshold P] [--step-cost MS MS] [--device DEVICE]
+                             [--precision f32|default] [--draft-precision f32|default]
+                             [--chat-template-kwargs JSON] [--json [FILE]]
 
 FILE is an image, or a PDF whose pages (all, or --pages) are rendered and read in order. With no --target it
 exports the shipped tiny pair into the suite's model cache once (`models/` at the repository root, or
@@ -24,6 +25,7 @@ from utils.cli import (add_json_option, command_parser, existing_dir, existing_f
                        page_range, write_json)
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.device import PRECISIONS
+from utils.engine.step_cost import StepCost
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
 __all__ = ["main"]
@@ -65,6 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--confidence-threshold", metavar="P", type=float_between(0.0, 1.0),
                         default=DEFAULT_CONFIDENCE_THRESHOLD,
                         help="verify only the drafts the confidence head trusts this much, 0 to 1 (0: all)")
+    parser.add_argument("--step-cost", metavar="MS", type=float, nargs=2,
+                        help="this device's cost of a speculative step: fixed ms, and ms per verified draft "
+                             "(benchmarks.cpu_speedup prints them); then verify only as many of the trusted drafts "
+                             "as pay for themselves (default: all of them)")
     parser.add_argument("--device", metavar="DEVICE", help="CPU, GPU or AUTO (default: GPU when present)")
     parser.add_argument("--precision", choices=PRECISIONS, default="default",
                         help="f32: exact, equal to target-only output; default: the device's own (bf16/f16), faster")
@@ -125,7 +131,8 @@ def _read(pipeline, args, numbers, render) -> list:
     from tqdm.auto import tqdm
 
     settings = dict(max_new_tokens=args.max_new_tokens, num_assistant_tokens=args.num_assistant_tokens,
-                    markov_head_top_k=args.markov_head_top_k, confidence_threshold=args.confidence_threshold)
+                    markov_head_top_k=args.markov_head_top_k, confidence_threshold=args.confidence_threshold,
+                    step_cost=args.step_cost)
     if numbers == [None]:
         streamer = None if args.json else (lambda text: print(text, end="", flush=True))
         results = [pipeline.generate(render(None), args.prompt, streamer=streamer, **settings)]
@@ -148,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
     try:
+        args.step_cost = None if args.step_cost is None else StepCost(*args.step_cost)
         numbers, render, close = _input_pages(args)
         try:
             target, draft = _model_folders(args)

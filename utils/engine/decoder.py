@@ -20,6 +20,7 @@ import numpy as np
 from utils.engine.language_model import LanguageModelSession
 from utils.engine.metrics import GenerationMetrics
 from utils.engine.proposal import Proposer
+from utils.engine.step_cost import StepCost
 from utils.engine.timing import StageTimer
 from utils.engine.verification import StepRecord, accepted_prefix_length, emitted_tokens
 
@@ -63,8 +64,8 @@ class SpeculativeDecoder:
         self.stop_token_ids, self.block_size = tuple(stop_token_ids), block_size
 
     def generate(self, prompt_embeds: np.ndarray, *, max_new_tokens: int, num_assistant_tokens: int | None = None,
-                 confidence_threshold: float = DEFAULT_CONFIDENCE_THRESHOLD, timer: StageTimer | None = None,
-                 on_step: StepCallback | None = None) -> Decoded:
+                 confidence_threshold: float = DEFAULT_CONFIDENCE_THRESHOLD, step_cost: StepCost | None = None,
+                 timer: StageTimer | None = None, on_step: StepCallback | None = None) -> Decoded:
         """Decodes after the prompt until a stop token or `max_new_tokens`.
 
         Args:
@@ -73,6 +74,8 @@ class SpeculativeDecoder:
             num_assistant_tokens: drafts proposed per step, 1..block size (default: the block size).
             confidence_threshold: verify only the leading drafts whose confidence reaches it (0 verifies all;
                 drafts without confidences are all verified).
+            step_cost: the device's cost of a step (`StepCost`): verify, of that prefix, only as many drafts as
+                give the most expected tokens per millisecond. None: the threshold alone decides.
             timer: where the stages go; pass one started earlier to count earlier work (the OCR pipeline's
                 vision stage) in the time to first token. A fresh one by default.
             on_step: called after every step (the prefill first) with the step and every token so far.
@@ -98,7 +101,8 @@ class SpeculativeDecoder:
                 step, context = self._decode_step(tokens[-1], timer)
             else:
                 step, context = self._speculative_step(tokens[-1], context, timer, budget=budget,
-                                                       num_tokens=num_tokens, threshold=confidence_threshold)
+                                                       num_tokens=num_tokens, threshold=confidence_threshold,
+                                                       step_cost=step_cost)
             steps.append(step)
             tokens.extend(step.emitted)
             if on_step:
@@ -127,9 +131,10 @@ class SpeculativeDecoder:
         return StepRecord(drafted=(), emitted=(int(np.argmax(logits)),)), hidden[None]
 
     def _speculative_step(self, anchor: int, context: np.ndarray, timer: StageTimer, *, budget: int,
-                          num_tokens: int, threshold: float) -> tuple[StepRecord, np.ndarray]:
+                          num_tokens: int, threshold: float, step_cost: StepCost | None
+                          ) -> tuple[StepRecord, np.ndarray]:
         proposal = self.proposer.propose(anchor, context, num_tokens=num_tokens, timer=timer)
-        drafts = list(proposal.confident_prefix(threshold))
+        drafts = list(proposal.confident_prefix(threshold, step_cost))
         with timer.stage("verification"):
             block_ids = np.array([[anchor] + drafts], np.int64)
             target_argmax, verify_hidden = self.language_model.verify_greedy(self.embed(block_ids)[0])

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from utils.engine.step_cost import StepCost
 from utils.engine.timing import Clock, StageTimer
 
 __all__ = ["Proposal", "Proposer"]
@@ -29,14 +30,18 @@ class Proposal:
     target_ids: tuple[int, ...]
     confidences: tuple[float, ...] | None = None
 
-    def confident_prefix(self, threshold: float) -> tuple[int, ...]:
+    def confident_prefix(self, threshold: float, step_cost: StepCost | None = None) -> tuple[int, ...]:
         """The drafts to verify: the leading ones whose confidence reaches `threshold` (all when it is 0, or
-        when there are no confidences). The target then verifies fewer tokens when the draft doubts."""
-        if threshold <= 0 or self.confidences is None:
+        when there are no confidences). The target then verifies fewer tokens when the draft doubts. With a
+        `step_cost`, that prefix is cut further to the length with the most expected tokens per millisecond on
+        the device (`StepCost.best_prefix_length`)."""
+        if self.confidences is None:
             return self.target_ids
         kept = 0
-        while kept < len(self.target_ids) and self.confidences[kept] >= threshold:
+        while kept < len(self.target_ids) and (threshold <= 0 or self.confidences[kept] >= threshold):
             kept += 1
+        if step_cost is not None:
+            kept = step_cost.best_prefix_length(self.confidences[:kept])
         return self.target_ids[:kept]
 
 

@@ -24,6 +24,7 @@ from utils.engine.device import compile_properties, inference_precision, resolve
 from utils.engine.draft import DSparkProposer, ExportedDraft
 from utils.engine.metrics import GenerationMetrics
 from utils.engine.proposal import Proposer
+from utils.engine.step_cost import StepCost
 from utils.engine.timing import StageTimer
 from utils.pipeline.preprocessing.image_io import load_rgb_image
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
@@ -192,7 +193,8 @@ class SpeculativeOcrPipeline:
     def generate(self, image, prompt: str = DEFAULT_PROMPT, *, max_new_tokens: int = 512,
                  num_assistant_tokens: int | None = None, markov_head_top_k: int | None = None,
                  streamer: Callable[[str], object] | None = None,
-                 confidence_threshold: float = DEFAULT_CONFIDENCE_THRESHOLD) -> OcrResult:
+                 confidence_threshold: float = DEFAULT_CONFIDENCE_THRESHOLD,
+                 step_cost: StepCost | None = None) -> OcrResult:
         """Reads the text of one page.
 
         Args:
@@ -203,6 +205,8 @@ class SpeculativeOcrPipeline:
             markov_head_top_k: K of the Top-K candidate scorer; 0 selects the dense walk (default: min(64, Vd)).
             streamer: called with each new piece of text as it is accepted.
             confidence_threshold: verify only the leading drafts whose predicted acceptance reaches it (0: all).
+            step_cost: this device's cost of a step (`utils.engine.step_cost`, measured by `benchmarks.cpu_speedup`):
+                verify only as many of those drafts as pay for themselves here. None: the threshold alone.
         """
         decoder = self.decoder(markov_head_top_k)
         timer = StageTimer()
@@ -212,7 +216,7 @@ class SpeculativeOcrPipeline:
         front_end_seconds = self._front_end_openvino_seconds() - front_end_before
         stream = None if streamer is None else TextStreamer(self._detokenize, streamer)
         decoded = decoder.generate(embeds, max_new_tokens=max_new_tokens, num_assistant_tokens=num_assistant_tokens,
-                                   confidence_threshold=confidence_threshold, timer=timer,
+                                   confidence_threshold=confidence_threshold, step_cost=step_cost, timer=timer,
                                    on_step=None if stream is None else (lambda step, tokens: stream.put(tokens)))
         if stream:
             stream.put(decoded.tokens, final=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from utils.engine.proposal import Proposal, Proposer
+from utils.engine.step_cost import StepCost
 from utils.engine.timing import StageTimer
 from utils.engine.verification import StepRecord, accepted_prefix_length, emitted_tokens, mean_tokens_per_step
 from utils.reference.markov import propose
@@ -95,7 +96,8 @@ class SpeculativeResult:
 
 def speculative_generate(runner: TargetRunner, drafter: Proposer, inputs: dict, *, max_new_tokens: int,
                          num_assistant_tokens: int, eos_token_ids: tuple[int, ...],
-                         confidence_threshold: float = 0.0) -> SpeculativeResult:
+                         confidence_threshold: float = 0.0, step_cost: StepCost | None = None
+                         ) -> SpeculativeResult:
     """Greedy speculative decoding: the output equals the target's own greedy decoding, token for token.
 
     Args:
@@ -106,6 +108,7 @@ def speculative_generate(runner: TargetRunner, drafter: Proposer, inputs: dict, 
         num_assistant_tokens: draft tokens verified per step (at most the draft's block size).
         eos_token_ids: tokens that end the answer (kept in the output, as `generate` does).
         confidence_threshold: verify only the leading drafts whose confidence reaches it (0 verifies all).
+        step_cost: then verify only as many of them as a device at that cost should (`StepCost`).
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
@@ -117,7 +120,7 @@ def speculative_generate(runner: TargetRunner, drafter: Proposer, inputs: dict, 
     while result.tokens[-1] not in eos_token_ids and len(result.tokens) < max_new_tokens:
         anchor = result.tokens[-1]
         proposal = drafter.propose(anchor, new_hidden[0], num_tokens=num_assistant_tokens, timer=StageTimer())
-        drafts = list(proposal.confident_prefix(confidence_threshold))
+        drafts = list(proposal.confident_prefix(confidence_threshold, step_cost))
         verified = torch.cat((sequence, runner.embed([anchor] + drafts)), dim=1)
         logits, hidden = runner(verified)
         target_argmax = logits[-len(drafts) - 1:].argmax(-1).tolist()
