@@ -29,6 +29,7 @@ from benchmarks.cpu_speedup import UPSTREAM_TAU
 from benchmarks.engine_efficiency import BLOCK_SIZE, ForcedAcceptanceProposer, TableEmbeddings, tau_schedule
 from benchmarks.real_size_model import EMBEDDINGS_FILE, export_random_text_model
 from utils.cli import command_parser, float_between, int_at_least
+from utils.evaluation.compare import first_difference
 
 __all__ = ["main"]
 
@@ -47,7 +48,8 @@ def _read(session, table: np.ndarray, prompt: np.ndarray, *, chunk: int, decode:
 
 def _agreeing(tokens: list[int], reference: list[int]) -> int:
     """Tokens equal to the reference's before the first difference."""
-    return next((index for index, (a, b) in enumerate(zip(tokens, reference)) if a != b), len(reference))
+    first = first_difference(tokens, reference)
+    return len(reference) if first is None else first
 
 
 def _speculative(session, embed, prompt: np.ndarray, target_only: list[int], *, chunk: int) -> list[int]:
