@@ -1,14 +1,16 @@
 """What a speculative step costs on a device, and how many drafts are worth verifying at that cost.
 
-A step pays a fixed part whatever it verifies (the draft's block, the Markov head, the host, and the target's
-call on the anchor alone) and a part that grows with the drafts verified: a line, `fixed_ms + per_draft_ms * n`
-(`benchmarks.cpu_speedup` fits it on a device). The confidence head's scores are probabilities that each draft is
-accepted once the drafts before it were, so verifying the first n drafts emits on average
-E(n) = 1 + sum_{k <= n} c_1 ... c_k tokens. The cost-aware prefix is the n with the most expected tokens per
-millisecond, E(n) / (fixed_ms + per_draft_ms * n): where a draft costs little to verify (a CPU with AVX-512 BF16
-verifies 16 tokens in 1.6x a single token's time, docs/performance.md) it keeps almost every draft, and where it
-costs much (2.7x on an AVX2-only CPU) it stops at the first doubtful one, as confidence-based draft scheduling in
-serving engines does (TensorRT-LLM's, for one).
+A step pays a fixed part whatever it verifies (the draft's block, the Markov head, the host, and the target's call
+on the anchor alone) and a part that grows with the drafts verified: a line, `fixed_ms + per_draft_ms * n`
+(`benchmarks.cpu_speedup` measures it on a device). The confidence head's scores are probabilities that each draft
+is accepted once the drafts before it were, so verifying the first n drafts emits on average
+
+    E(n) = 1 + c_1 + c_1 c_2 + ... + c_1 ... c_n tokens.
+
+The cost-aware prefix is the n with the most expected tokens per millisecond, E(n) / (fixed_ms + per_draft_ms * n):
+where a draft costs little to verify (a CPU with AVX-512 BF16 verifies 16 tokens in 1.6x a single token's time,
+docs/performance.md) it keeps almost every draft, and where it costs much (2.7x on an AVX2-only CPU) it stops at the
+first doubtful one, as confidence-based draft scheduling in serving engines does (TensorRT-LLM's, for one).
 """
 
 from __future__ import annotations
