@@ -47,6 +47,18 @@ def test_scored_positions_stop_at_the_first_rejection():
     assert accepted == [False, True, True, True, True, False, True, True, False]
 
 
+def test_scored_positions_score_the_first_cut_draft_when_the_target_wrote_its_position():
+    kept_and_right = StepRecord(drafted=(1, 2), emitted=(1, 2, 3), confidences=(0.9, 0.8), cut=(3, 4),
+                                cut_confidences=(0.4, 0.3))  # the target's third token is the cut draft 3
+    kept_and_wrong = StepRecord(drafted=(), emitted=(6,), confidences=(), cut=(5, 6), cut_confidences=(0.2, 0.9))
+    rejected_first = StepRecord(drafted=(1, 2), emitted=(1, 7), confidences=(0.9, 0.8), cut=(3,),
+                                cut_confidences=(0.4,))  # draft 2 was rejected: the cut one was never reached
+    ended = StepRecord(drafted=(4, 2), emitted=(4, 2), confidences=(0.9, 0.8), cut=(5,), cut_confidences=(0.4,))
+    scores, accepted = scored_positions([kept_and_right, kept_and_wrong, rejected_first, ended])
+    assert scores == [0.9, 0.8, 0.4, 0.2, 0.9, 0.8, 0.9, 0.8]
+    assert accepted == [True, True, True, False, True, False, True, True]
+
+
 def test_a_replayed_threshold_verifies_the_confident_prefix_and_loses_the_accepted_drafts_after_it():
     replay = replay_threshold(STEPS, 0.65)  # confident prefixes: 0, 3, 0, 1 drafts
     assert (replay["drafts verified"], replay["drafts verified at threshold"]) == (12, 4)

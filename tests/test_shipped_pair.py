@@ -39,7 +39,7 @@ def test_the_shipped_pair_met_the_ship_bounds_when_it_was_built(manifest):
     ship (issue 34's table): it reads held-out generated pages, random strings, pages written by hand and pages with
     blank or short rows, keeps its place (rows neither repeated nor skipped), reads each page differently, keeps its
     answer at the device's default precision, drafts at the CLI's defaults and at f32, and its calibrated
-    confidence ranks (issue 35's goal: AUC 0.85 at f32)."""
+    confidence ranks (issue 35's goal: AUC 0.85 at f32 and at the defaults)."""
     reading = manifest["reading"]
     pages, cli = reading["pages"], reading["cli_defaults"]
     exact = reading["f32_every_draft_verified"]
@@ -55,7 +55,7 @@ def test_the_shipped_pair_met_the_ship_bounds_when_it_was_built(manifest):
     assert reading["pages_equal_at_default_and_f32"] >= 0.9 * pages
     assert cli["tokens_per_step"] >= 5.0 and random["tokens_per_step"] >= 3.0
     assert exact["top_k_scorer"]["tokens_per_step"] >= 5.0 and exact["top_k_scorer"]["confidence_auc"] >= 0.85
-    assert cli["confidence_auc"] >= 0.8  # scored over the drafts the 0.5 cut kept: the cut ones are never verified
+    assert cli["confidence_auc"] >= 0.85  # the 0.5 cut scored too: the first cut draft meets the target's next token
     assert reading["speculative_equals_target_only_at_f32"]
     shape = reading["another_shape"]
     cells = (shape["image_size"][0] // CELL) * (shape["image_size"][1] // CELL)  # one image token per cell

@@ -6,7 +6,9 @@ Shared by the tiny draft's held-out check and the benchmark. Conventions:
   cut by EOS or the budget before it); its conditional acceptance is P(accepted | reached);
 - its share of acceptance is P(accepted | verified): every step that verified a draft at k counts, so the share
   falls along the block as each position adds one more chance to fail;
-- the confidence head predicts that conditional acceptance, so only reached positions are scored.
+- the confidence head predicts that conditional acceptance, so only reached positions are scored (a draft
+  the confidence cut left unverified is reached, and shown, when the verified drafts before it were all
+  accepted: the step's last token is the target's at its position).
 """
 
 from __future__ import annotations
@@ -39,10 +41,13 @@ def confidence_auc(scores: Sequence[float], accepted: Sequence[bool]) -> float:
 
 
 def scored_positions(steps: Sequence[StepRecord]) -> tuple[list[float], list[bool]]:
-    """(confidence, accepted) of each accepted draft position and of the first rejected one of every step.
+    """(confidence, accepted) of every reached draft position whose fate the step shows.
 
-    A step emits `t_0 .. t_a`; draft i is accepted while it equals `t_i`. A step cut by EOS or the budget
-    before its first mismatch tells nothing about the rest of its drafts.
+    A step emits `t_0 .. t_a`; draft i is accepted while it equals `t_i`, so the accepted drafts and the first
+    rejected one are scored. When the confidence cut left drafts unverified and every verified one was accepted,
+    the step's last token is the target's own at the first cut draft's position: that draft is scored too (it
+    would have been accepted exactly when it equals that token), so a cut does not hide the drafts it judged.
+    A step cut by EOS or the budget before its first mismatch tells nothing about the rest of its drafts.
     """
     scores, labels = [], []
     for step in steps:
@@ -53,6 +58,11 @@ def scored_positions(steps: Sequence[StepRecord]) -> tuple[list[float], list[boo
             labels.append(drafted == emitted)
             if drafted != emitted:
                 break
+        else:
+            verified = len(step.drafted)
+            if step.cut and step.cut_confidences and len(step.emitted) > verified:
+                scores.append(step.cut_confidences[0])
+                labels.append(step.cut[0] == step.emitted[verified])
     return scores, labels
 
 
