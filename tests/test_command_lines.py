@@ -20,7 +20,8 @@ from utils.cli import CommandParser
 from utils.models import REPO_ROOT
 
 COMMANDS = ["utils.ocr", "utils.bench", "utils.export.__main__", "utils.tiny.__main__",
-            "benchmarks.chunked_prefill", "benchmarks.cpu_speedup", "benchmarks.engine_efficiency", "benchmarks.fc_kernels",
+            "benchmarks.chunked_prefill", "benchmarks.confidence_reach", "benchmarks.cpu_speedup",
+            "benchmarks.engine_efficiency", "benchmarks.fc_kernels",
             "benchmarks.language_model_latency", "benchmarks.margins", "benchmarks.reader_study",
             "benchmarks.real_size_dry_run", "benchmarks.seed_validation"]
 METAVARS = {"N", "X", "P", "MS", "DIR", "FILE", "RANGE", "TEXT", "JSON", "DEVICE"}
@@ -129,6 +130,7 @@ def test_ocr_pages_of_an_image_is_a_mistake(empty_models, page, capsys):
     ("utils.tiny.__main__", ["--out", "x", "--block-size", "0"], "argument --block-size: 0 is out of range"),
     ("benchmarks.chunked_prefill", ["--calls", "0"], "argument --calls: 0 is out of range"),
     ("benchmarks.chunked_prefill", ["--longest-call", "0"], "argument --longest-call: 0 is out of range"),
+    ("benchmarks.confidence_reach", ["--loss", "1.5"], "argument --loss: 1.5 is out of range"),
     ("benchmarks.cpu_speedup", ["--thresholds", "0.5", "2"], "argument --thresholds: 2 is out of range"),
     ("benchmarks.cpu_speedup", ["--precisions", "bf16"], "argument --precisions: invalid choice: 'bf16'"),
     ("benchmarks.cpu_speedup", ["--input-scale", "0"], "argument --input-scale: 0 is out of range"),

@@ -37,11 +37,14 @@ class DSparkDrafter:
         self.cache = DraftContextCache(self.model.config.num_hidden_layers)
 
     @torch.no_grad()
-    def propose(self, anchor: int, context: torch.Tensor, *, num_tokens: int, timer: StageTimer) -> Proposal:
+    def block_hidden(self, anchor: int, context: torch.Tensor) -> torch.Tensor:
+        """[1, B, H] the draft's block after `anchor`; the new context [N, L*H] joins the cache for later blocks."""
         config = self.model.config
         block = torch.tensor([[anchor] + [config.mask_token_id] * (config.block_size - 1)])
-        hidden = self.model.forward_block(self.embed_tokens(block), context[None], self.cache)
-        return propose(self.model, hidden, anchor=anchor, num_tokens=num_tokens,
+        return self.model.forward_block(self.embed_tokens(block), context[None], self.cache)
+
+    def propose(self, anchor: int, context: torch.Tensor, *, num_tokens: int, timer: StageTimer) -> Proposal:
+        return propose(self.model, self.block_hidden(anchor, context), anchor=anchor, num_tokens=num_tokens,
                        markov_head_top_k=self.markov_head_top_k)
 
 
