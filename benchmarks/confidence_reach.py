@@ -22,7 +22,6 @@ rounding.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -34,6 +33,7 @@ from utils.engine.verification import StepRecord
 from utils.evaluation.acceptance import confidence_auc, replay_threshold, scored_positions
 from utils.reference.markov import propose
 from utils.reference.speculative import DSparkDrafter
+from utils.tiny.anchor_batch import draft_index_of
 
 __all__ = ["ProbabilityRecordingDrafter", "signals", "reach", "read_held_out_pages", "main"]
 
@@ -53,7 +53,7 @@ class ProbabilityRecordingDrafter(DSparkDrafter):
         proposal = propose(self.model, hidden, anchor=anchor, num_tokens=num_tokens,
                            markov_head_top_k=self.markov_head_top_k)
         previous = torch.tensor((anchor, *proposal.target_ids[:-1]))
-        chosen = (self.model.target_ids[None, :] == torch.tensor(proposal.target_ids)[:, None]).int().argmax(-1)
+        chosen = draft_index_of(self.model)[torch.tensor(proposal.target_ids)]
         logits = self.model.logits(hidden[0, :num_tokens]) + self.model.markov_bias(previous)
         self.probabilities.append(tuple(logits.softmax(-1).gather(-1, chosen[:, None])[:, 0].tolist()))
         return proposal
@@ -110,7 +110,7 @@ def read_held_out_pages(pages: int) -> tuple[list[StepRecord], list[tuple[float,
     from utils.tiny import SHIPPED_PAIR_DIR
     from utils.tiny.distill_data import prompt_inputs
 
-    root = Path(SHIPPED_PAIR_DIR)
+    root = SHIPPED_PAIR_DIR
     target = AutoModelForImageTextToText.from_pretrained(root / "target").eval()
     processor = AutoProcessor.from_pretrained(root / "target")
     draft = load_reference_draft(root / "draft", target=TargetSpec.from_folder(root / "target")).eval()
