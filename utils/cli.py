@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["CommandParser", "command_parser", "existing_file", "existing_dir", "new_file", "int_at_least",
+__all__ = ["CommandParser", "command_parser", "existing_file", "existing_dir", "existing_path", "new_file", "int_at_least",
            "float_between", "page_range", "add_json_option", "write_json"]
 
 
@@ -51,6 +51,11 @@ def existing_file(text: str) -> Path:
 def existing_dir(text: str) -> Path:
     """An argparse type: a folder that exists."""
     return _existing(text, is_kind=Path.is_dir, kind="a folder")
+
+
+def existing_path(text: str) -> Path:
+    """An argparse type: a file or a folder that exists."""
+    return _existing(text, is_kind=Path.exists, kind="a file or a folder")
 
 
 def _existing(text: str, *, is_kind: Callable[[Path], bool], kind: str) -> Path:

@@ -1,12 +1,19 @@
-"""Command line: speculative OCR of an image or a PDF on OpenVINO.
+"""Command line: speculative OCR of an image, a PDF or a whole archive of them on OpenVINO.
 
     python -m utils.ocr FILE [--pages RANGE] [--target DIR] [--draft DIR|none] [--prompt TEXT]
                              [--max-new-tokens N] [--num-assistant-tokens N] [--markov-head-top-k N]
                              [--confidence-threshold P] [--step-cost MS MS] [--device DEVICE]
                              [--precision f32|default] [--draft-precision f32|default]
                              [--chat-template-kwargs JSON] [--json [FILE]]
+    python -m utils.ocr FILE|FOLDER ... --out RESULTS.jsonl [--workers N | --ray [ADDRESS]] [--retry-failed]
+                             [--quiet] [the options above but --pages]
 
-FILE is an image, or a PDF whose pages (all, or --pages) are rendered and read in order. With no --target it
+FILE is an image, or a PDF whose pages (all, or --pages) are rendered and read in order. With --out, every
+image and PDF page of the FILEs and FOLDERs given (folders walked, sorted, hidden files skipped) is read into
+one JSON line per page of RESULTS.jsonl, appended as each page is read; a page that cannot be read is an error
+line and the run goes on (exit status 1 at the end). Run the same command again to resume: pages with a line
+are skipped, a changed file is read again. --workers N reads on N processes, --ray on Ray actors (this
+machine, or a cluster's ADDRESS / $RAY_ADDRESS); the pipeline is compiled once per worker. With no --target it
 exports the shipped tiny pair into the suite's model cache once (`models/` at the repository root, or
 $DSPARK_OCR_MODELS) and reuses it afterwards; every argument and the input are checked before that.
 `--precision f32` makes the output equal target-only decoding token for token; `default` runs the device's
@@ -21,8 +28,8 @@ import json
 import sys
 from collections.abc import Callable
 
-from utils.cli import (add_json_option, command_parser, existing_dir, existing_file, float_between, int_at_least,
-                       page_range, write_json)
+from utils.cli import (add_json_option, command_parser, existing_dir, existing_path, float_between, int_at_least,
+                       new_file, page_range, write_json)
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.device import PRECISIONS
 from utils.engine.step_cost import StepCost
@@ -49,7 +56,8 @@ def _draft_folder(text: str):
 
 def _parser() -> argparse.ArgumentParser:
     parser = command_parser("utils.ocr", __doc__.split("\n\n", 2)[2])
-    parser.add_argument("file", metavar="FILE", type=existing_file, help="the page to read: an image, or a PDF")
+    parser.add_argument("inputs", metavar="FILE", type=existing_path, nargs="+",
+                        help="the page to read: an image, or a PDF; with --out, any number of files and folders")
     parser.add_argument("--pages", metavar="RANGE", type=page_range,
                         help="the PDF's pages to read, N or FIRST-LAST counted from 1 (default: all)")
     parser.add_argument("--target", metavar="DIR", type=existing_dir,
@@ -80,8 +88,31 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--chat-template-kwargs", metavar="JSON", type=_json_object,
                         help="chat-template arguments as a JSON object, e.g. '{\"enable_thinking\": true}' "
                              "(default: non-thinking mode when the template has the switch, as the serving recipe)")
-    add_json_option(parser, what="the text, token ids and metrics (one result per PDF page)", stdout=True)
+    add_json_option(parser, what="the text, token ids and metrics (one result per PDF page); with --out, the "
+                                 "summary", stdout=True)
+    archive = parser.add_argument_group("archives (several files, folders)")
+    archive.add_argument("--out", metavar="FILE", type=new_file,
+                         help="the JSON Lines file of an archive's records, one per page, appended to (resumes)")
+    archive.add_argument("--workers", metavar="N", type=int_at_least(1), default=1,
+                         help="processes reading pages, each with its own pipeline and a share of the cores")
+    archive.add_argument("--ray", metavar="ADDRESS", nargs="?", const="",
+                         help="read on --workers Ray actors: local Ray, or the cluster at ADDRESS (or $RAY_ADDRESS)")
+    archive.add_argument("--retry-failed", action="store_true", help="read again the pages whose records are errors")
+    archive.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
+
+
+def _check_archive_arguments(parser, args) -> None:
+    """One FILE reads as always; more files, a folder, workers or Ray need --out (checked before any export)."""
+    args.file = args.inputs[0]
+    archive_only = [name for name, given in (("several inputs", len(args.inputs) > 1),
+                                             ("a folder", args.file.is_dir()), ("--workers", args.workers > 1),
+                                             ("--ray", args.ray is not None), ("--retry-failed", args.retry_failed))
+                    if given]
+    if archive_only and args.out is None:
+        parser.error(f"{archive_only[0]} needs --out RESULTS.jsonl: an archive is read into one record per page")
+    if args.out is not None and args.pages is not None:
+        parser.error("--pages reads pages of one PDF; with --out every page of every file is read")
 
 
 def _input_pages(args) -> tuple[list[int | None], Callable, Callable[[], None]]:
@@ -100,6 +131,40 @@ def _input_pages(args) -> tuple[list[int | None], Callable, Callable[[], None]]:
         raise ValueError(f"--pages reads pages of a PDF, and {args.file} is not one")
     image = load_rgb_image(args.file)
     return [None], lambda _: image, lambda: None
+
+
+def _read_archive(args) -> int:
+    """Reads every page of the inputs into --out; 0 when every page was read, 1 when some failed."""
+    from utils.archive import ReadSettings, ResultsFile, list_pages, read_archive
+    from utils.archive.workers import LocalWorker, ProcessWorkers
+
+    listing = list_pages(args.inputs)
+    target, draft = _model_folders(args)
+    settings = ReadSettings(target, draft, device=args.device, precision=args.precision,
+                            draft_precision=args.draft_precision, prompt=args.prompt,
+                            max_new_tokens=args.max_new_tokens, num_assistant_tokens=args.num_assistant_tokens,
+                            markov_head_top_k=args.markov_head_top_k, confidence_threshold=args.confidence_threshold,
+                            step_cost=args.step_cost and (args.step_cost.fixed_ms, args.step_cost.per_draft_ms),
+                            chat_template_kwargs=args.chat_template_kwargs)
+    if args.ray is not None:
+        from utils.archive.ray_workers import RayWorkers
+
+        def start_workers():
+            return RayWorkers(settings, args.workers, address=args.ray or None)
+    elif args.workers > 1:
+        def start_workers():
+            return ProcessWorkers(settings, args.workers)
+    else:
+        def start_workers():
+            return LocalWorker(settings)
+    with ResultsFile(args.out, settings.as_record()) as results:
+        summary = read_archive(listing, results, start_workers, retry_failed=args.retry_failed,
+                               progress=not (args.quiet or args.json))
+    if args.json:
+        write_json(args.json, summary.as_dict())
+    else:
+        print(summary, file=sys.stderr)
+    return 0 if summary.complete else 1
 
 
 def _model_folders(args) -> tuple[str, str | None]:
@@ -152,10 +217,13 @@ def _read(pipeline, args, numbers, render) -> list:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    _check_archive_arguments(parser, args)
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
     try:
         args.step_cost = None if args.step_cost is None else StepCost(*args.step_cost)
+        if args.out is not None:
+            return _read_archive(args)
         numbers, render, close = _input_pages(args)
         try:
             target, draft = _model_folders(args)

@@ -63,17 +63,25 @@ def check_precision(precision: str) -> str:
     return precision
 
 
-def compile_properties(device: str, *, precision: str = "default", cache_dir: Path | str | None = None) -> dict:
+def compile_properties(device: str, *, precision: str = "default", cache_dir: Path | str | None = None,
+                       threads: int | None = None) -> dict:
     """Compile properties for `core.compile_model(model, device, properties)`.
 
     Args:
         device: a resolved device name.
         precision: "f32" (exact) or "default" (the device's own precision: bf16 on this CPU, f16 on a GPU).
         cache_dir: where GPU/AUTO keep compiled kernels between runs.
+        threads: CPU inference threads (`INFERENCE_NUM_THREADS`), for processes that share the cores; None: all
+            of them (OpenVINO's default). Only the CPU device takes it.
     """
     properties = {"PERFORMANCE_HINT": "LATENCY"} | (F32_PROPERTIES if check_precision(precision) == "f32" else {})
     if cache_dir is not None and not device.startswith("CPU"):
         properties["CACHE_DIR"] = str(cache_dir)
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads={threads} must be at least 1")
+        if device.startswith("CPU"):
+            properties["INFERENCE_NUM_THREADS"] = threads
     return properties
 
 

@@ -85,13 +85,15 @@ class SpeculativeOcrPipeline:
             this never changes the output, only how many drafts are accepted. "default" (the device's own, the
             faster: docs/performance.md) or "f32" (acceptance figures that are the same on every machine).
         cache_dir: compiled-kernel cache for GPU/AUTO.
+        threads: CPU inference threads of each compiled model (None: every core); workers that share a CPU each
+            take their part (`utils.archive`).
         chat_template_kwargs: extra chat-template arguments; templates with an `enable_thinking` switch are
             rendered in non-thinking mode unless this says otherwise.
     """
 
     def __init__(self, target: Path | str, draft: ExportedDraft | Path | str | None = None, *,
                  device: str | None = None, precision: str = "default", draft_precision: str = "default",
-                 cache_dir: Path | str | None = None, proposer: Proposer | None = None,
+                 cache_dir: Path | str | None = None, threads: int | None = None, proposer: Proposer | None = None,
                  block_size: int | None = None, chat_template_kwargs: dict | None = None):
         import openvino_genai as ov_genai
 
@@ -102,7 +104,7 @@ class SpeculativeOcrPipeline:
         self.target = ExportedTarget.read(target)  # the folder's files, read once and handed to each part
         self.target_folder = self.target.folder
         self.device = resolve_device(device)
-        properties = compile_properties(self.device, precision=precision, cache_dir=cache_dir)
+        properties = compile_properties(self.device, precision=precision, cache_dir=cache_dir, threads=threads)
         self.preprocess = ImagePreprocessor.from_processor(self.target.processor)
         self.build_prompt = ChatPromptBuilder.from_processor(self.target.processor,
                                                              template_kwargs=chat_template_kwargs)
@@ -122,7 +124,8 @@ class SpeculativeOcrPipeline:
         if draft is not None:
             if proposer is not None:
                 raise ValueError("pass either draft or proposer, not both")
-            properties = compile_properties(self.device, precision=draft_precision, cache_dir=cache_dir)
+            properties = compile_properties(self.device, precision=draft_precision, cache_dir=cache_dir,
+                                            threads=threads)
             self._attach_draft(ExportedDraft.of(draft), properties)
         self.decoder(None)  # checks the block size against the language model now, not at the first page
 

@@ -67,7 +67,7 @@ def _to_rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
-def load_rgb_image(source: ImageSource, *, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
+def load_rgb_image(source: ImageSource, *, max_pixels: int = MAX_IMAGE_PIXELS, name: str | None = None) -> Image.Image:
     """Opens, checks and decodes an image into an RGB PIL image.
 
     Files and bytes are turned upright by their EXIF orientation (as transformers' `load_image` does);
@@ -76,13 +76,14 @@ def load_rgb_image(source: ImageSource, *, max_pixels: int = MAX_IMAGE_PIXELS) -
     Args:
         source: a path, encoded bytes, or a PIL image.
         max_pixels: the largest width x height accepted.
+        name: how messages name the image (default: the path, or the input's size and kind).
 
     Returns:
         A decoded RGB image of the same size.
     """
     if not isinstance(source, ImageSource):
         raise TypeError(f"expected a path, bytes or a PIL image, got {type(source).__name__}")
-    name = _describe(source)
+    name = name or _describe(source)
     image = source if isinstance(source, Image.Image) else _open(source, name=name)
     _check_size(image, name=name, max_pixels=max_pixels)
     try:

@@ -80,12 +80,16 @@ class PdfPages:
         return range(first, last + 1)
 
     def render(self, number: int) -> Image.Image:
-        """Page `number` (from 1) as an RGB image at `dpi`, or smaller if it would exceed MAX_IMAGE_PIXELS."""
+        """Page `number` (from 1) as an RGB image at `dpi` (the nearest whole size in pixels), or smaller if it
+        would exceed MAX_IMAGE_PIXELS."""
         page = self._document[number - 1]
         try:
             width, height = page.get_size()
             scale = min(self.dpi / _POINTS_PER_INCH, math.sqrt(MAX_IMAGE_PIXELS / max(width * height, 1.0)))
-            return page.render(scale=scale).to_pil().convert("RGB")
+            image = page.render(scale=scale).to_pil().convert("RGB")
+            # PDFium rounds the size up, so a page size stored in float32 can gain a pixel (362.88 pt at 150 dpi
+            # gives 757 px, not 756): keep the nearest size, that of the image the page was made from
+            return image.crop((0, 0, max(1, round(width * scale)), max(1, round(height * scale))))
         finally:
             page.close()
 

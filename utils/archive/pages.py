@@ -1,0 +1,103 @@
+"""The pages of an archive: files and folders walked into a sorted list of (file, page, content hash).
+
+A folder is walked for images and PDFs (by their suffix), sorted, hidden files and folders skipped; a file named
+on its own is read whatever its suffix. A record names a file relative to the folder it was found in, or as it
+was given. A PDF's pages are counted here; a PDF that cannot be opened (encrypted, broken, no pages) becomes one
+error record for the whole file, and the archive goes on.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from utils.files import sha256_file
+from utils.pipeline.preprocessing.pdf import PdfPages, is_pdf
+
+__all__ = ["IMAGE_SUFFIXES", "PageTask", "Listing", "archive_files", "list_pages"]
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp")
+
+
+@dataclass(frozen=True)
+class PageTask:
+    """One page to read: what records call it, where a worker opens it, and the file's content hash."""
+
+    file: str  # as records name it: relative to the folder given (with /), or the path as given
+    path: str  # the file's absolute path, where a worker opens it
+    page: int | None  # a PDF's page, counted from 1; None for an image
+    sha256: str
+
+    @property
+    def key(self) -> tuple[str, int | None, str]:
+        """What resume matches a record by: a changed file has another hash, so its pages are read again."""
+        return self.file, self.page, self.sha256
+
+    @property
+    def name(self) -> str:
+        """How messages name the page: `scans/a.pdf page 2`, or the image's file."""
+        return self.file if self.page is None else f"{self.file} page {self.page}"
+
+
+@dataclass
+class Listing:
+    """The pages to read, and the error records of files whose pages could not be counted."""
+
+    pages: list[PageTask] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)
+
+
+def _is_hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+def _walk(folder: Path) -> list[Path]:
+    found = []
+    for root, folders, files in os.walk(folder):
+        folders[:] = sorted(name for name in folders if not _is_hidden(name))
+        found += [Path(root) / name for name in sorted(files)
+                  if not _is_hidden(name) and Path(name).suffix.lower() in (*IMAGE_SUFFIXES, ".pdf")]
+    return sorted(found)
+
+
+def archive_files(inputs: list[Path | str]) -> list[tuple[str, Path]]:
+    """(name in records, absolute path) of every file to read, in the order given, each folder walked sorted.
+
+    Raises ValueError for an input that does not exist, a folder with nothing to read, or two files that records
+    would name alike (two folders that both hold `a.png`).
+    """
+    files, seen = [], {}
+    for given in map(Path, inputs):
+        if given.is_dir():
+            found = _walk(given)
+            if not found:
+                raise ValueError(f"{given} holds no images or PDFs ({', '.join(IMAGE_SUFFIXES)}, .pdf)")
+            files += [(path.relative_to(given).as_posix(), path.resolve()) for path in found]
+        elif given.is_file():
+            files.append((given.as_posix(), given.resolve()))
+        else:
+            raise ValueError(f"{given} does not exist")
+    for name, path in files:
+        if seen.setdefault(name, path) != path:
+            raise ValueError(f"two inputs are both named {name} in records ({seen[name]} and {path}); "
+                             "read them with separate --out files")
+    return files
+
+
+def list_pages(inputs: list[Path | str]) -> Listing:
+    """Every page of `inputs` (files and folders), in order, with an error record per PDF that cannot be opened."""
+    listing = Listing()
+    for name, path in archive_files(inputs):
+        digest = sha256_file(path)
+        if not is_pdf(path):
+            listing.pages.append(PageTask(name, str(path), None, digest))
+            continue
+        try:
+            with PdfPages(path, name=name) as document:
+                count = len(document)
+        except ValueError as error:
+            listing.failures.append({"file": name, "page": None, "sha256": digest, "error": str(error)})
+            continue
+        listing.pages += [PageTask(name, str(path), number, digest) for number in range(1, count + 1)]
+    return listing

@@ -1,0 +1,97 @@
+"""Workers past one machine: a pool of Ray actors, each compiling one pipeline, fed one page at a time.
+
+Ray is imported here only. With no address (and no `RAY_ADDRESS`), Ray starts on this machine with the CPUs
+the actors need, no dashboard and a small object store; with an address (`ray start --head` printed it, or
+`auto`), the actors are placed on that cluster, where every node must see the model folders and the archive at
+the same paths (a shared file system) and this repository's `utils` package is shipped to the workers. The
+driver stays the single writer. An actor that dies (killed, its node lost) has its page handed to the others;
+only when every actor is gone does `read` raise `WorkersLost`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from utils.archive.pages import PageTask
+from utils.archive.reader import PageReader, ReadSettings
+from utils.archive.workers import WorkersLost, WorkerStartFailed, available_cores
+
+__all__ = ["LOCAL_OBJECT_STORE_BYTES", "RayWorkers"]
+
+LOCAL_OBJECT_STORE_BYTES = 128 * 2**20  # records are small: a local Ray needs no share of the RAM for objects
+_UTILS = Path(__file__).resolve().parent.parent
+
+
+class _ActorReader:
+    """The body of one actor: a `PageReader`, or why it could not be built (told at the first page)."""
+
+    def __init__(self, settings: ReadSettings, threads: int):
+        try:
+            self.reader, self.error = PageReader(settings, threads=threads), ""
+        except (ValueError, OSError) as error:
+            self.reader, self.error = None, str(error)
+
+    def read(self, task: PageTask) -> dict:
+        if self.reader is None:
+            raise WorkerStartFailed(self.error)
+        return self.reader.read(task)
+
+
+class RayWorkers:
+    """`count` Ray actors reading pages; `address` None: local Ray (or the cluster `RAY_ADDRESS` names).
+
+    Args:
+        settings: how each page is read.
+        count: actors.
+        address: a Ray cluster's address (`HOST:PORT`, `ray://HOST:PORT` or `auto`), or None.
+    """
+
+    def __init__(self, settings: ReadSettings, count: int, *, address: str | None = None):
+        import ray
+
+        self.ray = ray
+        local = address is None and not os.environ.get("RAY_ADDRESS")
+        self.threads = max(1, available_cores() // count) if local else 1
+        self.started_ray = not ray.is_initialized()
+        if self.started_ray:
+            options = dict(num_cpus=count * self.threads, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                           include_dashboard=False) if local else dict(
+                address=address, runtime_env={"py_modules": [str(_UTILS)], "excludes": ["__pycache__"]})
+            ray.init(**options, logging_level=logging.ERROR, log_to_driver=False, configure_logging=True)
+        actor = ray.remote(num_cpus=self.threads)(_ActorReader)
+        self.actors = [actor.remote(settings, self.threads) for _ in range(count)]
+        self.running: dict = {}  # object ref of a page's record -> (actor, task)
+
+    def read(self, tasks: Iterable[PageTask]) -> Iterator[tuple[PageTask, dict]]:
+        ray, queue, idle = self.ray, deque(tasks), list(self.actors)
+        while queue or self.running:
+            while queue and idle:
+                actor, task = idle.pop(), queue.popleft()
+                self.running[actor.read.remote(task)] = actor, task
+            (ready,), _ = ray.wait(list(self.running), num_returns=1)
+            actor, task = self.running.pop(ready)
+            try:
+                record = ray.get(ready)
+            except ray.exceptions.RayActorError:
+                self.actors.remove(actor)
+                queue.appendleft(task)  # the others read it
+                if not self.actors:
+                    raise WorkersLost("every Ray actor died") from None
+                continue
+            except ray.exceptions.RayTaskError as error:
+                if isinstance(error.cause, WorkerStartFailed):
+                    raise error.cause from None
+                raise
+            idle.append(actor)
+            yield task, record
+
+    def close(self) -> None:
+        for actor in self.actors:
+            self.ray.kill(actor)
+        self.actors, self.running = [], {}
+        if self.started_ray:
+            self.ray.shutdown()

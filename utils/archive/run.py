@@ -1,0 +1,111 @@
+"""The driver of an archive: the single writer that knows what is done, with a progress bar and a summary.
+
+`read_archive` skips the pages whose records are in the results file, hands the rest to the workers, appends
+each record as it arrives, and, if every worker dies, starts new ones for the pages still without a record
+(the same rule as a resumed run).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from utils.archive.pages import Listing
+from utils.archive.results import ResultsFile, record_key
+from utils.archive.workers import WorkersLost
+
+__all__ = ["WORKER_STARTS", "ArchiveSummary", "read_archive"]
+
+WORKER_STARTS = 3  # how often workers are started for one run: the first time, and again after all died
+
+
+@dataclass
+class ArchiveSummary:
+    """What a run did: pages read now and earlier, failures (this run's and earlier ones), tokens and time."""
+
+    pages: int  # in the archive
+    read: int  # in this run, without an error
+    earlier: int  # skipped: read without an error by an earlier run
+    failed: int  # pages (or unlistable files) whose latest record is an error, this run's or an earlier one's
+    unread: int  # without a record when every start of the workers had died
+    tokens: int
+    steps: int
+    seconds: float
+    results: str  # the results file
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.tokens / self.steps if self.steps else 0.0
+
+    @property
+    def pages_per_minute(self) -> float:
+        return 60.0 * self.read / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"tokens_per_step": self.tokens_per_step, "pages_per_minute": self.pages_per_minute}
+
+    def __str__(self) -> str:
+        failed = (f"{self.failed} failed (their records in {self.results} have an \"error\")" if self.failed
+                  else "none failed")
+        unread = f", {self.unread} left unread (run again to read them)" if self.unread else ""
+        return (f"{self.read} pages read ({self.earlier} earlier), {failed}{unread}; {self.tokens} tokens at "
+                f"{self.tokens_per_step:.2f} tokens/step, {self.pages_per_minute:.1f} pages/min, "
+                f"{self.seconds:.1f} s")
+
+    @property
+    def complete(self) -> bool:
+        """Every page has a record without an error."""
+        return not self.failed and not self.unread
+
+
+def read_archive(listing: Listing, results: ResultsFile, start_workers: Callable[[], object], *,
+                 retry_failed: bool = False, progress: bool = True) -> ArchiveSummary:
+    """Reads every page of `listing` that has no record in `results`, appending a record per page.
+
+    Args:
+        listing: the archive's pages, and error records of files that could not be listed.
+        results: the results file, open to append.
+        start_workers: makes the workers (`LocalWorker`, `ProcessWorkers`, `RayWorkers`): called once, and again
+            when all of them died, at most `WORKER_STARTS` times.
+        retry_failed: read again the pages whose records are errors.
+        progress: show a progress bar (on stderr).
+    """
+    from tqdm.auto import tqdm
+
+    started = time.perf_counter()
+    done = results.done(retry_failed=retry_failed)
+    for failure in listing.failures:
+        if record_key(failure) not in done:
+            results.append(failure)
+    pending = [task for task in listing.pages if task.key not in done]
+    read_earlier = results.done(retry_failed=True)  # records of readings, not of errors
+    earlier = sum(task.key in read_earlier for task in listing.pages)
+    read = tokens = steps = errors = 0
+    bar = tqdm(total=len(pending), unit="page", disable=not progress, file=sys.stderr, desc="pages")
+    for start in range(WORKER_STARTS):
+        workers = start_workers()
+        try:
+            for task, record in workers.read(pending):
+                results.append(record)
+                done.add(task.key)
+                if "error" in record:
+                    errors += 1
+                else:
+                    read, tokens, steps = read + 1, tokens + record["tokens"], steps + record["steps"]
+                bar.update()
+                bar.set_postfix(tok_s=f"{tokens / (time.perf_counter() - started):.1f}", errors=errors)
+            break
+        except WorkersLost as lost:
+            pending = [task for task in pending if task.key not in done]
+            bar.write(f"{lost}; {len(pending)} pages left, starting workers again" if start + 1 < WORKER_STARTS
+                      else f"{lost}; {len(pending)} pages left unread: run the command again to read them")
+        finally:
+            workers.close()
+    bar.close()
+    archive_keys = {task.key for task in listing.pages} | {record_key(failure) for failure in listing.failures}
+    failed = sum(key in archive_keys for key in results.failed())
+    return ArchiveSummary(pages=len(listing.pages), read=read, earlier=earlier, failed=failed,
+                          unread=sum(task.key not in done for task in listing.pages), tokens=tokens, steps=steps,
+                          seconds=time.perf_counter() - started, results=str(results.path))
