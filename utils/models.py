@@ -3,6 +3,7 @@
 The default pair itself ships in the repository (`utils/tiny/default`, `utils.tiny.default_pair`). Layout
 below the models folder (`<repo>/models`, or $DSPARK_OCR_MODELS):
     tiny-ov/          its IR exports: target/ and draft/, plus the manifest of the pair they came from
+    compiled/         OpenVINO's model cache (`compiled_cache_dir`): archive workers import what was compiled before
     MiniCPM-OCR-1.0/, MiniCPM-OCR-1.0-DSpark/   the real checkpoints, when downloaded
 
 A change of the shipped pair (other files, so another manifest) or of the exporter (`IR_FORMAT_VERSION`,
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from utils.contract import DRAFT_IR_FORMAT_VERSION, IR_FORMAT_VERSION
 
-__all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "default_ir_pair", "current_target_export",
+__all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "compiled_cache_dir", "default_ir_pair", "current_target_export",
            "current_draft_export",
            "download_real_pair",
            "hub_unreachable_reason", "real_ir_pair", "missing_target_files", "missing_draft_files"]
@@ -31,6 +32,12 @@ _EXPORT_STAMP = "source-pair.json"
 def models_dir() -> Path:
     """The suite's models folder: $DSPARK_OCR_MODELS, or `models/` at the repository root."""
     return Path(os.environ.get("DSPARK_OCR_MODELS", REPO_ROOT / "models"))
+
+
+def compiled_cache_dir(models: Path | str | None = None) -> Path:
+    """OpenVINO's model cache below the models folder: compiled models kept between runs (keyed by OpenVINO on
+    the IR, the device and the properties), so that each archive worker starts by importing, not compiling."""
+    return (Path(models) if models is not None else models_dir()) / "compiled"
 
 
 def default_ir_pair(models: Path | str | None = None) -> tuple[Path, Path]:

@@ -135,31 +135,20 @@ def _input_pages(args) -> tuple[list[int | None], Callable, Callable[[], None]]:
 
 def _read_archive(args) -> int:
     """Reads every page of the inputs into --out; 0 when every page was read, 1 when some failed."""
-    from utils.archive import ReadSettings, ResultsFile, list_pages, read_archive
-    from utils.archive.workers import LocalWorker, ProcessWorkers
+    from utils.archive import ReadSettings, read_inputs
+    from utils.archive.pages import archive_files
+    from utils.models import compiled_cache_dir
 
-    listing = list_pages(args.inputs)
+    archive_files(args.inputs)  # names and folders checked before the tiny pair may be exported
     target, draft = _model_folders(args)
     settings = ReadSettings(target, draft, device=args.device, precision=args.precision,
                             draft_precision=args.draft_precision, prompt=args.prompt,
                             max_new_tokens=args.max_new_tokens, num_assistant_tokens=args.num_assistant_tokens,
                             markov_head_top_k=args.markov_head_top_k, confidence_threshold=args.confidence_threshold,
                             step_cost=args.step_cost and (args.step_cost.fixed_ms, args.step_cost.per_draft_ms),
-                            chat_template_kwargs=args.chat_template_kwargs)
-    if args.ray is not None:
-        from utils.archive.ray_workers import RayWorkers
-
-        def start_workers():
-            return RayWorkers(settings, args.workers, address=args.ray or None)
-    elif args.workers > 1:
-        def start_workers():
-            return ProcessWorkers(settings, args.workers)
-    else:
-        def start_workers():
-            return LocalWorker(settings)
-    with ResultsFile(args.out, settings.as_record()) as results:
-        summary = read_archive(listing, results, start_workers, retry_failed=args.retry_failed,
-                               progress=not (args.quiet or args.json))
+                            chat_template_kwargs=args.chat_template_kwargs, cache_dir=str(compiled_cache_dir()))
+    summary = read_inputs(args.inputs, args.out, settings, workers=args.workers, ray=args.ray,
+                          retry_failed=args.retry_failed, progress=not (args.quiet or args.json))
     if args.json:
         write_json(args.json, summary.as_dict())
     else:

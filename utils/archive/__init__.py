@@ -13,6 +13,7 @@ the pipeline never knows which runs it. `python -m utils.ocr FOLDER --out result
 from utils.archive.pages import PageTask, list_pages
 from utils.archive.reader import PageReader, ReadSettings
 from utils.archive.results import ResultsFile
-from utils.archive.run import ArchiveSummary, read_archive
+from utils.archive.run import ArchiveSummary, read_archive, read_inputs, worker_starter
 
-__all__ = ["PageTask", "list_pages", "PageReader", "ReadSettings", "ResultsFile", "ArchiveSummary", "read_archive"]
+__all__ = ["PageTask", "list_pages", "PageReader", "ReadSettings", "ResultsFile", "ArchiveSummary", "read_archive",
+           "read_inputs", "worker_starter"]

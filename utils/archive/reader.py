@@ -37,10 +37,13 @@ class ReadSettings:
     confidence_threshold: float = DEFAULT_CONFIDENCE_THRESHOLD
     step_cost: tuple[float, float] | None = None  # (fixed ms, ms per verified draft): `StepCost`
     chat_template_kwargs: dict | None = None
+    cache_dir: str | None = None  # OpenVINO's model cache: a worker's start imports what an earlier one compiled
 
     def as_record(self) -> dict:
-        """The settings as records hold them (JSON types: a step cost is a list)."""
-        return asdict(self) | {"step_cost": None if self.step_cost is None else list(self.step_cost)}
+        """The settings that decide a page's reading, as records hold them (JSON types: a step cost is a list)."""
+        record = asdict(self) | {"step_cost": None if self.step_cost is None else list(self.step_cost)}
+        del record["cache_dir"]  # where compiled models are kept changes no reading
+        return record
 
 
 def page_image(task: PageTask):
@@ -66,16 +69,21 @@ class PageReader:
 
     Args:
         settings: the model folders and the pipeline's settings.
-        threads: CPU inference threads of each compiled model (None: every core).
+        threads: CPU threads of each compiled model and of numpy's BLAS in this process (None: every core).
     """
 
     def __init__(self, settings: ReadSettings, *, threads: int | None = None):
         from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
+        if threads is not None:  # numpy's BLAS too: two workers of two BLAS threads each on two cores lose 10-15%
+            import threadpoolctl
+
+            threadpoolctl.threadpool_limits(threads)
         self.settings, self.threads = settings, threads
         self.pipeline = SpeculativeOcrPipeline(settings.target, settings.draft, device=settings.device,
                                                precision=settings.precision, draft_precision=settings.draft_precision,
-                                               threads=threads, chat_template_kwargs=settings.chat_template_kwargs)
+                                               threads=threads, cache_dir=settings.cache_dir,
+                                               chat_template_kwargs=settings.chat_template_kwargs)
         self.worker = worker_name()
 
     def read(self, task: PageTask) -> dict:

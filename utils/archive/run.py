@@ -12,11 +12,14 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from utils.archive.pages import Listing
-from utils.archive.results import ResultsFile, record_key
-from utils.archive.workers import WorkersLost
+from pathlib import Path
 
-__all__ = ["WORKER_STARTS", "ArchiveSummary", "read_archive"]
+from utils.archive.pages import Listing, list_pages
+from utils.archive.reader import ReadSettings
+from utils.archive.results import ResultsFile, record_key
+from utils.archive.workers import LocalWorker, ProcessWorkers, WorkersLost
+
+__all__ = ["WORKER_STARTS", "ArchiveSummary", "read_archive", "worker_starter", "read_inputs"]
 
 WORKER_STARTS = 3  # how often workers are started for one run: the first time, and again after all died
 
@@ -32,7 +35,8 @@ class ArchiveSummary:
     unread: int  # without a record when every start of the workers had died
     tokens: int
     steps: int
-    seconds: float
+    seconds: float  # wall time, the workers' start (compiling their pipelines) included
+    first_record_seconds: float | None  # until the first record of this run: the workers' start and one page
     results: str  # the results file
 
     @property
@@ -41,10 +45,19 @@ class ArchiveSummary:
 
     @property
     def pages_per_minute(self) -> float:
+        """Pages read per minute of wall time."""
         return 60.0 * self.read / self.seconds if self.seconds else 0.0
 
+    @property
+    def steady_pages_per_minute(self) -> float | None:
+        """Pages read per minute after the first record: the rate once the workers run (None under two pages)."""
+        if self.first_record_seconds is None or self.read < 2:
+            return None
+        return 60.0 * (self.read - 1) / (self.seconds - self.first_record_seconds)
+
     def as_dict(self) -> dict:
-        return asdict(self) | {"tokens_per_step": self.tokens_per_step, "pages_per_minute": self.pages_per_minute}
+        return asdict(self) | {"tokens_per_step": self.tokens_per_step, "pages_per_minute": self.pages_per_minute,
+                               "steady_pages_per_minute": self.steady_pages_per_minute}
 
     def __str__(self) -> str:
         failed = (f"{self.failed} failed (their records in {self.results} have an \"error\")" if self.failed
@@ -83,6 +96,7 @@ def read_archive(listing: Listing, results: ResultsFile, start_workers: Callable
     read_earlier = results.done(retry_failed=True)  # records of readings, not of errors
     earlier = sum(task.key in read_earlier for task in listing.pages)
     read = tokens = steps = errors = 0
+    first_record = None
     bar = tqdm(total=len(pending), unit="page", disable=not progress, file=sys.stderr, desc="pages")
     for start in range(WORKER_STARTS):
         workers = start_workers()
@@ -90,6 +104,7 @@ def read_archive(listing: Listing, results: ResultsFile, start_workers: Callable
             for task, record in workers.read(pending):
                 results.append(record)
                 done.add(task.key)
+                first_record = first_record or time.perf_counter() - started
                 if "error" in record:
                     errors += 1
                 else:
@@ -108,4 +123,28 @@ def read_archive(listing: Listing, results: ResultsFile, start_workers: Callable
     failed = sum(key in archive_keys for key in results.failed())
     return ArchiveSummary(pages=len(listing.pages), read=read, earlier=earlier, failed=failed,
                           unread=sum(task.key not in done for task in listing.pages), tokens=tokens, steps=steps,
-                          seconds=time.perf_counter() - started, results=str(results.path))
+                          seconds=time.perf_counter() - started, first_record_seconds=first_record,
+                          results=str(results.path))
+
+
+def worker_starter(settings: ReadSettings, *, workers: int = 1, ray: str | None = None) -> Callable[[], object]:
+    """What starts the workers of a run: this process (1 worker), `workers` processes, or, when `ray` is not None,
+    `workers` Ray actors (`ray` = "": local Ray, or the cluster $RAY_ADDRESS names; else a cluster's address)."""
+    if ray is not None:
+        from utils.archive.ray_workers import RayWorkers
+
+        return lambda: RayWorkers(settings, workers, address=ray or None)
+    if workers > 1:
+        return lambda: ProcessWorkers(settings, workers)
+    return lambda: LocalWorker(settings)
+
+
+def read_inputs(inputs: list[Path | str], out: Path | str, settings: ReadSettings, *, workers: int = 1,
+                ray: str | None = None, retry_failed: bool = False, progress: bool = True) -> ArchiveSummary:
+    """Lists the pages of `inputs` (files and folders) and reads them into the results file `out`: the whole of
+    `python -m utils.ocr INPUTS --out OUT`, for notebooks and scripts. Arguments as `read_archive`,
+    `worker_starter`."""
+    listing = list_pages(inputs)
+    with ResultsFile(out, settings.as_record()) as results:
+        return read_archive(listing, results, worker_starter(settings, workers=workers, ray=ray),
+                            retry_failed=retry_failed, progress=progress)

@@ -84,7 +84,7 @@ class SpeculativeOcrPipeline:
         draft_precision: the draft's, independent of the target's: the target verifies every draft token, so
             this never changes the output, only how many drafts are accepted. "default" (the device's own, the
             faster: docs/performance.md) or "f32" (acceptance figures that are the same on every machine).
-        cache_dir: compiled-kernel cache for GPU/AUTO.
+        cache_dir: OpenVINO's model cache folder: later starts import the compiled models instead of compiling.
         threads: CPU inference threads of each compiled model (None: every core); workers that share a CPU each
             take their part (`utils.archive`).
         chat_template_kwargs: extra chat-template arguments; templates with an `enable_thinking` switch are
