@@ -17,7 +17,6 @@ record (each run starts its actors anew: Ray starts a worker process for each, a
 
 from __future__ import annotations
 
-import logging
 import statistics
 import sys
 import tempfile
@@ -104,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import ray
 
-    from utils.archive.ray_workers import LOCAL_OBJECT_STORE_BYTES
+    from utils.archive.ray_workers import start_local_ray
     from utils.archive import PageReader
     from utils.models import compiled_cache_dir, default_ir_pair
 
@@ -114,8 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     for threads in {None, 1, available_cores() // 2}:  # every start below imports the compiled models, as a rerun does
         PageReader(settings, threads=threads)
     started = time.perf_counter()
-    ray.init(num_cpus=available_cores(), include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-             logging_level=logging.ERROR, log_to_driver=False)
+    start_local_ray()
     print(f"local Ray started in {time.perf_counter() - started:.1f} s (not timed below); {available_cores()} cores")
     with tempfile.TemporaryDirectory() as folder:
         rows = measure(write_archives(Path(folder) / "inputs", args.pages), settings, Path(folder), rounds=args.rounds)

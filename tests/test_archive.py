@@ -221,11 +221,11 @@ def test_archive_options_need_out_and_out_takes_no_page_range(archive, tmp_path)
 @pytest.fixture(scope="module")
 def local_ray():
     """Local Ray with two CPUs, no dashboard and a small object store, shared by the module's tests."""
-    ray = pytest.importorskip("ray")
-    from utils.archive.ray_workers import LOCAL_OBJECT_STORE_BYTES
+    import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-             log_to_driver=False, configure_logging=False)
+    from utils.archive.ray_workers import start_local_ray
+
+    start_local_ray(2)
     yield ray
     ray.shutdown()
 

@@ -3,8 +3,9 @@
 Ray is imported here only. With no address (and no `RAY_ADDRESS`), Ray starts on this machine with the CPUs
 the actors need, no dashboard and a small object store; with an address (`ray start --head` printed it, or
 `auto`), the actors are placed on that cluster, where every node must see the model folders and the archive at
-the same paths (a shared file system) and this repository's `utils` package is shipped to the workers. The
-driver stays the single writer. An actor that dies (killed, its node lost) has its page handed to the others;
+the same paths (a shared file system) and this repository's `utils` package is shipped to the workers. A Ray
+started by the caller (`ray.init`) is used as it is: its workers must import `utils` (run from the repository's
+root, or set `PYTHONPATH`). The driver stays the single writer. An actor that dies (killed, its node lost) has its page handed to the others;
 only when every actor is gone does `read` raise `WorkersLost`.
 """
 
@@ -20,10 +21,20 @@ from utils.archive.pages import PageTask
 from utils.archive.reader import PageReader, ReadSettings
 from utils.archive.workers import WorkersLost, WorkerStartFailed, available_cores
 
-__all__ = ["LOCAL_OBJECT_STORE_BYTES", "RayWorkers"]
+__all__ = ["LOCAL_OBJECT_STORE_BYTES", "start_local_ray", "RayWorkers"]
 
 LOCAL_OBJECT_STORE_BYTES = 128 * 2**20  # records are small: a local Ray needs no share of the RAM for objects
 _UTILS = Path(__file__).resolve().parent.parent
+
+
+def start_local_ray(cpus: int | None = None) -> None:
+    """Starts Ray on this machine as archives use it: `cpus` CPUs (default: this process's cores), no dashboard,
+    a small object store, quiet logs, and workers that import `utils` from this repository by its path."""
+    import ray
+
+    path = os.pathsep.join(filter(None, [str(_UTILS.parent), os.environ.get("PYTHONPATH")]))
+    ray.init(num_cpus=cpus or available_cores(), object_store_memory=LOCAL_OBJECT_STORE_BYTES, include_dashboard=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}}, logging_level=logging.ERROR, log_to_driver=False)
 
 
 class _ActorReader:
@@ -57,11 +68,11 @@ class RayWorkers:
         local = address is None and not os.environ.get("RAY_ADDRESS")
         self.threads = max(1, available_cores() // count) if local else 1
         self.started_ray = not ray.is_initialized()
-        if self.started_ray:
-            options = dict(num_cpus=count * self.threads, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                           include_dashboard=False) if local else dict(
-                address=address, runtime_env={"py_modules": [str(_UTILS)], "excludes": ["__pycache__"]})
-            ray.init(**options, logging_level=logging.ERROR, log_to_driver=False, configure_logging=True)
+        if self.started_ray and local:
+            start_local_ray(count * self.threads)
+        elif self.started_ray:  # the workers import `utils` shipped by Ray
+            ray.init(address=address, runtime_env={"py_modules": [str(_UTILS)], "excludes": ["__pycache__"]},
+                     logging_level=logging.ERROR, log_to_driver=False)
         actor = ray.remote(num_cpus=self.threads)(_ActorReader)
         self.actors = [actor.remote(settings, self.threads) for _ in range(count)]
         self.running: dict = {}  # object ref of a page's record -> (actor, task)
