@@ -253,3 +253,33 @@ def test_ray_actors_write_the_texts_of_one_worker_and_a_killed_actor_s_page_is_r
     assert len(pools) == 1 and _texts(records) == texts and len(records) == len(texts) + 1
     assert summary.read == len(texts) and summary.failed == 1
     assert local_ray.is_initialized()  # a Ray it did not start is left running
+
+
+def test_workers_that_share_the_cpu_take_their_threads_unpinned_and_start_from_the_model_cache():
+    from utils.engine.device import compile_properties
+
+    shared = compile_properties("CPU", precision="f32", threads=1, cache_dir="/cache")
+    assert shared["INFERENCE_NUM_THREADS"] == 1 and shared["ENABLE_CPU_PINNING"] is False
+    assert shared["CACHE_DIR"] == "/cache" and shared["INFERENCE_PRECISION_HINT"] == "f32"
+    assert "INFERENCE_NUM_THREADS" not in compile_properties("GPU", threads=1)  # a CPU property only
+    assert "INFERENCE_NUM_THREADS" not in compile_properties("CPU")  # one process: OpenVINO's own choice
+    with pytest.raises(ValueError, match="threads=0 must be at least 1"):
+        compile_properties("CPU", threads=0)
+
+
+def test_a_worker_that_cannot_build_its_pipeline_stops_the_run_with_its_reason(archive, tmp_path):
+    broken = ReadSettings(str(tmp_path), device="CPU", precision="f32")  # a folder that is no target export
+    with ResultsFile(tmp_path / "r.jsonl", broken.as_record()) as results, pytest.raises(ValueError) as raised:
+        read_archive(list_pages([archive[0]]), results, lambda: ProcessWorkers(broken, 2), progress=False)
+    assert str(tmp_path) in str(raised.value) and "Traceback" not in str(raised.value)
+    assert [record["file"] for record in _records(tmp_path / "r.jsonl")] == []  # no page recorded as read
+
+
+def test_the_command_line_reads_on_a_local_ray_it_starts_and_stops(archive, tmp_path):
+    folder, texts = archive
+    completed = _ocr(str(folder), "--out", str(tmp_path / "r.jsonl"), "--precision", "f32", "--draft-precision",
+                     "f32", "--device", "CPU", "--ray", "--workers", "2", "--json")
+    assert completed.returncode == 1, completed.stderr  # the broken file
+    summary = json.loads(completed.stdout)
+    assert (summary["read"], summary["failed"], summary["unread"]) == (len(texts), 1, 0)
+    assert _texts(_records(tmp_path / "r.jsonl")) == texts
