@@ -24,9 +24,10 @@ import time
 from pathlib import Path
 
 from utils.archive import ReadSettings, read_inputs
-from utils.archive.workers import available_cores
+from utils.archive.workers import available_cores, threads_per_worker
 from utils.cli import add_json_option, command_parser, int_at_least, write_json
 from utils.engine.device import PRECISIONS
+from utils.notebook.archive import page_texts, read_records
 from utils.notebook.display import markdown_table
 
 CONFIGURATIONS = {"1 worker": dict(workers=1), "2 processes": dict(workers=2), "Ray, 2 actors": dict(workers=2,
@@ -46,14 +47,6 @@ def write_archives(folder: Path, pages: int) -> dict[str, Path]:
     return {"sample pages": samples, f"{pages} typed pages and a broken file": folder / "archive"}
 
 
-def texts(results: Path) -> dict:
-    """{(file, page): text or error} of a results file."""
-    import json
-
-    records = (json.loads(line) for line in results.read_text().splitlines())
-    return {(record["file"], record["page"]): record.get("text", record.get("error")) for record in records}
-
-
 def measure(archives: dict[str, Path], settings: ReadSettings, work: Path, *, rounds: int) -> list[dict]:
     """One row per (archive, configuration): medians over `rounds` runs, the configurations' order turning round
     by round; every run's texts checked against the first single worker's."""
@@ -67,8 +60,9 @@ def measure(archives: dict[str, Path], settings: ReadSettings, work: Path, *, ro
                 out = work / f"{name} - {configuration} - {round_index}.jsonl"
                 runs[configuration].append(read_inputs([folder], out, settings, progress=False,
                                                        **CONFIGURATIONS[configuration]))
-                single = single or texts(out)
-                if texts(out) != single:
+                written = page_texts(read_records(out))
+                single = single or written
+                if written != single:
                     raise SystemExit(f"{configuration} wrote other texts than one worker on {name}")
         for configuration, summaries in runs.items():
             rows.append({"archive": name, "configuration": configuration, "pages": summaries[0].read,
@@ -103,14 +97,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import ray
 
-    from utils.archive.ray_workers import start_local_ray
     from utils.archive import PageReader
+    from utils.archive.ray_workers import start_local_ray
     from utils.models import compiled_cache_dir, default_ir_pair
 
     target, draft = map(str, default_ir_pair())
     settings = ReadSettings(target, draft, device="CPU", precision=args.precision, draft_precision=args.precision,
                             cache_dir=str(compiled_cache_dir()))
-    for threads in {None, 1, available_cores() // 2}:  # every start below imports the compiled models, as a rerun does
+    for threads in {None, 1, threads_per_worker(2)}:  # every start below imports the compiled models, as a rerun does
         PageReader(settings, threads=threads)
     started = time.perf_counter()
     start_local_ray()

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["CommandParser", "command_parser", "existing_file", "existing_dir", "existing_path", "new_file", "int_at_least",
-           "float_between", "page_range", "add_json_option", "write_json"]
+__all__ = ["CommandParser", "command_parser", "existing_file", "existing_dir", "existing_path", "new_file",
+           "int_at_least", "float_between", "page_range", "add_json_option", "write_json"]
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

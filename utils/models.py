@@ -18,8 +18,8 @@ from pathlib import Path
 
 from utils.contract import DRAFT_IR_FORMAT_VERSION, IR_FORMAT_VERSION
 
-__all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "compiled_cache_dir", "default_ir_pair", "current_target_export",
-           "current_draft_export",
+__all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "compiled_cache_dir", "default_ir_pair",
+           "current_target_export", "current_draft_export",
            "download_real_pair",
            "hub_unreachable_reason", "real_ir_pair", "missing_target_files", "missing_draft_files"]
 

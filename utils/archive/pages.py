@@ -34,11 +34,6 @@ class PageTask:
         """What resume matches a record by: a changed file has another hash, so its pages are read again."""
         return self.file, self.page, self.sha256
 
-    @property
-    def name(self) -> str:
-        """How messages name the page: `scans/a.pdf page 2`, or the image's file."""
-        return self.file if self.page is None else f"{self.file} page {self.page}"
-
 
 @dataclass
 class Listing:

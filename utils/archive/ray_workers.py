@@ -4,9 +4,9 @@ Ray is imported here only. With no address (and no `RAY_ADDRESS`), Ray starts on
 the actors need, no dashboard and a small object store; with an address (`ray start --head` printed it, or
 `auto`), the actors are placed on that cluster, where every node must see the model folders and the archive at
 the same paths (a shared file system) and this repository's `utils` package is shipped to the workers. A Ray
-started by the caller (`ray.init`) is used as it is: its workers must import `utils` (run from the repository's
-root, or set `PYTHONPATH`). The driver stays the single writer. An actor that dies (killed, its node lost) has its page handed to the others;
-only when every actor is gone does `read` raise `WorkersLost`.
+started by the caller is used as it is: its workers must import `utils` (`start_local_ray` sees to it, or run
+from the repository's root, or set `PYTHONPATH`). The driver stays the single writer. An actor that dies (killed,
+its node lost) has its page handed to the others; only when every actor is gone does `read` raise `WorkersLost`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from utils.archive.pages import PageTask
 from utils.archive.reader import PageReader, ReadSettings
-from utils.archive.workers import WorkersLost, WorkerStartFailed, available_cores
+from utils.archive.workers import WorkersLost, WorkerStartFailed, available_cores, threads_per_worker
 
 __all__ = ["LOCAL_OBJECT_STORE_BYTES", "start_local_ray", "RayWorkers"]
 
@@ -75,7 +75,7 @@ class RayWorkers:
 
         self.ray = ray
         local = address is None and not os.environ.get("RAY_ADDRESS")
-        self.threads = max(1, available_cores() // count) if local else 1
+        self.threads = threads_per_worker(count) if local else 1
         self.started_ray = not ray.is_initialized()
         if self.started_ray and local:
             start_local_ray(count * self.threads)

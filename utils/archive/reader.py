@@ -47,12 +47,10 @@ class ReadSettings:
 
 
 def page_image(task: PageTask):
-    """The page's image: the image file's bytes, or the PDF page rendered; ValueError if the file changed."""
+    """The page's image: the image file decoded, or the PDF page rendered."""
     from utils.pipeline.preprocessing.image_io import load_rgb_image
     from utils.pipeline.preprocessing.pdf import PdfPages
 
-    if sha256_file(task.path) != task.sha256:
-        raise ValueError(f"{task.file} changed since the archive was listed; run the command again to read it")
     if task.page is None:
         return load_rgb_image(task.path, name=task.file)
     with PdfPages(task.path, name=task.file) as document:
@@ -85,12 +83,24 @@ class PageReader:
                                                threads=threads, cache_dir=settings.cache_dir,
                                                chat_template_kwargs=settings.chat_template_kwargs)
         self.worker = worker_name()
+        self._hashed: tuple[tuple, str] = ((), "")  # (path, mtime, size) of the last file hashed, and its SHA-256
+
+    def _check_unchanged(self, task: PageTask) -> None:
+        """Raises ValueError if the file is not the one listed. A file is hashed once per version, not once per
+        page: a PDF's pages follow one another."""
+        stat = os.stat(task.path)
+        version = (task.path, stat.st_mtime_ns, stat.st_size)
+        if self._hashed[0] != version:
+            self._hashed = (version, sha256_file(task.path))
+        if self._hashed[1] != task.sha256:
+            raise ValueError(f"{task.file} changed since the archive was listed; run the command again to read it")
 
     def read(self, task: PageTask) -> dict:
         """The record of one page: its text and figures, or the one-line error that kept it from being read."""
         settings, started = self.settings, time.perf_counter()
         record = {"file": task.file, "page": task.page, "sha256": task.sha256}
         try:
+            self._check_unchanged(task)
             result = self.pipeline.generate(
                 page_image(task), settings.prompt, max_new_tokens=settings.max_new_tokens,
                 num_assistant_tokens=settings.num_assistant_tokens, markov_head_top_k=settings.markov_head_top_k,

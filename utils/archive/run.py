@@ -11,7 +11,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-
 from pathlib import Path
 
 from utils.archive.pages import Listing, list_pages

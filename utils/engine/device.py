@@ -1,8 +1,8 @@
 """Which OpenVINO device to run on, at which precision, and the compile properties each device wants.
 
 Every device gets a latency hint and, when asked, a model cache folder, so the second start imports the compiled
-model instead of compiling it (a GPU skips kernel compilation; a CPU the graph's). `AUTO` lets OpenVINO choose. None of the GPU settings can be
-tested here.
+model instead of compiling it (a GPU skips kernel compilation; a CPU the graph's). `AUTO` lets OpenVINO choose.
+None of the GPU settings can be tested here.
 
 Precision is a choice (`PRECISIONS`): `"f32"` is exact (speculative output equals target-only output token
 for token, and OpenVINO matches PyTorch); `"default"` is the device's own inference precision, bf16 on CPUs

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from utils.models import REPO_ROOT
 
-__all__ = ["read_records", "page_name", "page_texts", "records_table", "read_counts", "run_and_kill", "run_command_line",
-           "plot_pages_per_minute"]
+__all__ = ["read_records", "page_name", "page_texts", "records_table", "read_counts", "run_and_kill",
+           "run_command_line", "plot_pages_per_minute"]
 
 _PREVIEW = 28  # characters of a page's text in the table
 

@@ -67,7 +67,8 @@ def _to_rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
-def load_rgb_image(source: ImageSource, *, max_pixels: int = MAX_IMAGE_PIXELS, name: str | None = None) -> Image.Image:
+def load_rgb_image(source: ImageSource, *, max_pixels: int = MAX_IMAGE_PIXELS,
+                   name: str | None = None) -> Image.Image:
     """Opens, checks and decodes an image into an RGB PIL image.
 
     Files and bytes are turned upright by their EXIF orientation (as transformers' `load_image` does);
