@@ -155,6 +155,8 @@ def test_a_rerun_skips_what_was_read_and_reads_a_changed_file_again(archive, tmp
     assert (third["read"], third["earlier"]) == (1, 3)
     latest = _records(out)[-1]
     assert latest["file"] == "page-03.png" and latest["text"] == texts["scans/page-01.png"]  # names from the folder given
+    fourth = _ocr(*arguments[:-1])  # without --json: the summary line says there was nothing left
+    assert "0 pages read (4 earlier), 1 failed" in fourth.stderr and "nothing left to read" in fourth.stderr
 
 
 def test_a_run_killed_mid_archive_resumes_with_every_page_once_and_the_texts_of_an_uninterrupted_run(

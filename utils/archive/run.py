@@ -62,8 +62,9 @@ class ArchiveSummary:
         failed = (f"{self.failed} failed (their records in {self.results} have an \"error\")" if self.failed
                   else "none failed")
         unread = f", {self.unread} left unread (run again to read them)" if self.unread else ""
-        return (f"{self.read} pages read ({self.earlier} earlier), {failed}{unread}; {self.tokens} tokens at "
-                f"{self.tokens_per_step:.2f} tokens/step, {self.pages_per_minute:.1f} pages/min, "
+        rates = (f"{self.tokens} tokens at {self.tokens_per_step:.2f} tokens/step, {self.pages_per_minute:.1f} "
+                 "pages/min, " if self.read else "nothing left to read, ")
+        return (f"{self.read} pages read ({self.earlier} earlier), {failed}{unread}; {rates}"
                 f"{self.seconds:.1f} s")
 
     @property
