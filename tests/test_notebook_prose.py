@@ -1,6 +1,7 @@
 """No stale prose: every measured figure a notebook's markdown, the README or docs/usage.md states is printed by
-a stored output (or asserted right after), and no notebook's markdown judges an outcome in words, so a new model
-or IR cannot leave a sentence behind."""
+a stored output (or asserted right after), no word of all or nothing contradicts a count beside it, no notebook's
+markdown judges an outcome in words, and every cross-reference links a section that exists and prints something,
+so a new model or IR cannot leave a sentence behind."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from utils.notebook.prose_figures import (carried_text, judgements, stated_figures, unsupported_figures,
-                                          unsupported_in_text)
+from utils.notebook.cross_references import broken_references, section_outputs
+from utils.notebook.prose_figures import (carried_text, contradicted_counts, judgements, stated_figures,
+                                          unsupported_figures, unsupported_in_text)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + [ROOT / "app" / "speculative-ocr.ipynb"]
@@ -33,6 +35,79 @@ def test_every_figure_in_a_notebooks_prose_is_printed_or_asserted(path):
 def test_every_figure_in_the_readme_and_usage_is_printed_by_a_notebook(path):
     carried = "\n".join(carried_text(json.loads(notebook.read_text(encoding="utf-8"))) for notebook in NOTEBOOKS)
     assert unsupported_in_text(path.read_text(encoding="utf-8"), carried) == []
+
+
+def _markdown(notebook: dict) -> str:
+    return "\n\n".join("".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "markdown")
+
+
+def _suite() -> dict[str, dict]:
+    return {path.name: json.loads(path.read_text(encoding="utf-8")) for path in NOTEBOOKS}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + DOCUMENTS, ids=lambda path: path.name)
+def test_no_word_of_all_or_nothing_contradicts_a_count(path):
+    text = path.read_text(encoding="utf-8")
+    assert contradicted_counts(_markdown(json.loads(text)) if path.suffix == ".ipynb" else text) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + DOCUMENTS, ids=lambda path: path.name)
+def test_every_cross_reference_links_a_section_that_prints(path):
+    suite, text = _suite(), path.read_text(encoding="utf-8")
+    if path.suffix == ".ipynb":
+        assert broken_references(_markdown(json.loads(text)), suite, own=path.name) == []
+    else:
+        assert broken_references(text, suite) == []
+
+
+@pytest.mark.parametrize("sentence", [
+    "The Top-K walk and the dense walk are identical on 2519 of 2520 tokens.",
+    "Every page is read without an error (9 of 10 pages).",
+    "The reduced precision never changes a token: 1 of 10 pages differ.",
+])
+def test_a_planted_qualitative_contradiction_fails(sentence):
+    assert contradicted_counts(f"Some context.\n\n{sentence}") == [sentence]
+
+
+@pytest.mark.parametrize("sentence", [
+    "The two walks are identical on 2520 of 2520 tokens.", "The target reads 3 of 10 pages at 162 tokens.",
+    "It never changes a token (0 of 10 pages)."])
+def test_a_count_that_agrees_with_its_words_passes(sentence):
+    assert contradicted_counts(sentence) == []
+
+
+def _suite_of_two() -> dict[str, dict]:
+    """A suite of two synthetic notebooks: 05 with a section that prints and one that only talks."""
+    printing = {"cell_type": "code", "source": ["print(1)"],
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": ["1\n"]}]}
+    return {"05-speculative-ocr.ipynb": {"cells": [
+                {"cell_type": "markdown", "source": ["## See what each step accepted"]}, printing,
+                {"cell_type": "markdown", "source": ["## Use the upstream path\nText only."]}]},
+            "07-inside-one-step.ipynb": {"cells": [{"cell_type": "markdown", "source": ["## Cut and roll back"]}]}}
+
+
+@pytest.mark.parametrize("sentence, problem", [
+    ("Notebook 05 redoes this rebuild by hand.", "names notebook 05 without linking the section it means"),
+    ("Notebook 05 redoes it ([Cut and roll back](05-speculative-ocr.ipynb#Cut-and-roll-back)).",
+     "links section #Cut-and-roll-back of 05-speculative-ocr.ipynb, which has no such heading"),
+    ("Notebook 05 runs it ([upstream](05-speculative-ocr.ipynb#Use-the-upstream-path)).",
+     "links section #Use-the-upstream-path of 05-speculative-ocr.ipynb, which prints nothing"),
+    ("Notebook 09 measures it.", "names notebook 09, which does not exist"),
+    ("See [it](06-acceptance-plots.ipynb#Plots).", "links 06-acceptance-plots.ipynb, which is not a notebook of the suite"),
+])
+def test_a_planted_false_cross_reference_fails(sentence, problem):
+    assert [line.split(":")[0] for line in broken_references(sentence, _suite_of_two())] == [problem.split(":")[0]]
+
+
+def test_a_cross_reference_to_a_section_that_prints_passes():
+    suite = _suite_of_two()
+    assert section_outputs(suite["05-speculative-ocr.ipynb"]) == {"See-what-each-step-accepted": 1,
+                                                                  "Use-the-upstream-path": 0}
+    linked = "Notebook 05 shows every step ([steps](../notebooks/05-speculative-ocr.ipynb#See-what-each-step-accepted))."
+    assert broken_references(linked, suite) == []
+    assert broken_references("This notebook, notebook 07, rolls back.", suite, own="07-inside-one-step.ipynb") == []
+    defined = "The words are those of notebook 05's [section](05-speculative-ocr.ipynb#Use-the-upstream-path)."
+    assert broken_references(defined, suite) == [], "a section that defines words need not print"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name)

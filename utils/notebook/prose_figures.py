@@ -11,6 +11,9 @@ notebook's markdown may not judge an outcome its cells measure, since no figure 
 stale. The cell that measures prints the judgement instead (`utils.evaluation.speed_notes`). A sentence that is
 hedged or general ("can", "would", "if", "not always"), quoted from upstream, or that points to what a cell
 prints is not a judgement of this run.
+
+And a word of all or nothing beside a count must agree with it: "identical on 2519 of 2520 tokens", "every page
+(9 of 10)" or "never (3 of 20)" is a contradiction even when the count is printed (`contradicted_counts`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["UPSTREAM_FIGURES", "stated_figures", "carried_text", "unsupported_figures", "unsupported_in_text",
-           "judgements"]
+           "judgements", "contradicted_counts"]
 
 _NUMBER = r"\d[\d,]*(?:\.\d+)?"
 FIGURE = re.compile(
@@ -105,4 +108,22 @@ def judgements(notebook: dict) -> list[tuple[int, str]]:
         for sentence in _SENTENCE_END.split("".join(cell["source"])):
             if _JUDGEMENT.search(sentence) and not _NOT_OF_THIS_RUN.search(sentence):
                 found.append((index, " ".join(sentence.split()).lstrip("-* ")))
+    return found
+
+
+_ALL = re.compile(r"\b(?:identical|every|each|all|always|same|equal|whole)\b", re.IGNORECASE)
+_NONE = re.compile(r"\b(?:never|none|nothing|no (?:token|page|step|draft|case|answer|text)s?)\b", re.IGNORECASE)
+_CLAUSE_END = re.compile(r"(?<=[.!?])\s+|\n\s*[-*]\s+|\n\s*\n")  # a colon joins a claim and its count
+_COUNT = re.compile(rf"(?<![\w.,])({_NUMBER})\s+(?:out\s+)?of\s+(\d[\d,]*)(?![\w,])")
+
+
+def contradicted_counts(text: str) -> list[str]:
+    """The sentences of `text` whose word of all or nothing ("identical", "every", "never", ...) a count beside
+    it contradicts: a word of all next to "a of b" with a < b, a word of nothing next to one with a > 0."""
+    found = []
+    for sentence in _CLAUSE_END.split(text):
+        counts = [(float(a.replace(",", "")), float(b.replace(",", ""))) for a, b in _COUNT.findall(sentence)]
+        if ((_ALL.search(sentence) and any(a < b for a, b in counts))
+                or (_NONE.search(sentence) and any(a > 0 for a, _ in counts))):
+            found.append(" ".join(sentence.split()).lstrip("-* "))
     return found
