@@ -11,7 +11,7 @@ import pytest
 from utils.models import default_ir_pair
 
 
-def test_the_default_pair_is_exported_once_and_again_when_the_ir_format_changes(tmp_path, monkeypatch):
+def test_the_default_pair_is_exported_once_and_again_when_an_ir_format_changes(tmp_path, monkeypatch):
     exported = []
 
     def fake_export(kind):
@@ -28,9 +28,50 @@ def test_the_default_pair_is_exported_once_and_again_when_the_ir_format_changes(
     assert exported == ["draft", "target"]
     default_ir_pair(tmp_path)
     assert exported == ["draft", "target"]  # up to date: nothing exported
-    monkeypatch.setattr("utils.models.IR_FORMAT_VERSION", 10_000)  # an exporter writing another IR layout
+    monkeypatch.setattr("utils.models.IR_FORMAT_VERSION", 10_000)  # an exporter writing another target layout
     default_ir_pair(tmp_path)
-    assert exported == ["draft", "target"] * 2
+    assert exported == ["draft", "target", "target"]
+    monkeypatch.setattr("utils.models.DRAFT_IR_FORMAT_VERSION", 10_000)  # and another draft layout
+    default_ir_pair(tmp_path)
+    assert exported == ["draft", "target", "target", "draft"]
+
+
+def test_an_export_is_keyed_by_its_source_files_not_by_its_folder(tmp_path, monkeypatch):
+    from utils.models import export_once
+
+    exported = []
+
+    def fake_export(source, out, **options):
+        exported.append(options.get("weight_format"))
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "openvino_model.xml").write_text("<net/>")
+        return Path(out)
+
+    monkeypatch.setattr("utils.export.draft.export_draft", fake_export)
+    source = tmp_path / "draft"
+    source.mkdir()
+    (source / "model.safetensors").write_bytes(b"weights of the first training")
+    out = tmp_path / "ir"
+    export_once("draft", source, out)
+    export_once("draft", source, out)
+    assert exported == ["fp32"], "the same files: exported once"
+    (source / "model.safetensors").write_bytes(b"weights of a retrain")  # same folder, other files
+    export_once("draft", source, out)
+    export_once("draft", source, out, weight_format="int8")
+    assert exported == ["fp32", "fp32", "int8"]
+    with pytest.raises(ValueError, match="kind must be"):
+        export_once("vision", source, out)
+
+
+def test_a_notebook_prints_paths_relative_to_the_repository_or_the_models_folder(tmp_path, monkeypatch):
+    from utils.models import REPO_ROOT, shown_path
+
+    monkeypatch.setenv("DSPARK_OCR_MODELS", str(tmp_path / "models"))
+    assert shown_path(REPO_ROOT / "utils" / "tiny" / "default" / "target") == "utils/tiny/default/target"
+    assert shown_path(tmp_path / "models" / "tiny-ov" / "draft") == "<models>/tiny-ov/draft"
+    assert shown_path(tmp_path / "elsewhere" / "scan.png") == ".../scan.png"
+    monkeypatch.delenv("DSPARK_OCR_MODELS")
+    assert shown_path(REPO_ROOT / "models" / "tiny-ov") == "<models>/tiny-ov", "the default models folder too"
 
 
 def test_a_target_export_is_current_only_in_this_codes_ir_format(tmp_path):

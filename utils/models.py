@@ -2,12 +2,13 @@
 
 The default pair itself ships in the repository (`utils/tiny/default`, `utils.tiny.default_pair`). Layout
 below the models folder (`<repo>/models`, or $DSPARK_OCR_MODELS):
-    tiny-ov/          its IR exports: target/ and draft/, plus the manifest of the pair they came from
+    tiny-ov/          its IR exports: target/ and draft/, each stamped with what it was made from
     compiled/         OpenVINO's model cache (`compiled_cache_dir`): archive workers import what was compiled before
     MiniCPM-OCR-1.0/, MiniCPM-OCR-1.0-DSpark/   the real checkpoints, when downloaded
 
-A change of the shipped pair (other files, so another manifest) or of the exporter (`IR_FORMAT_VERSION`,
-`DRAFT_IR_FORMAT_VERSION`) makes its exports stale; they are then re-exported.
+Every export goes through `export_once`, which keys it by what it was made from, never by a folder existing: the
+SHA-256 of each source file (and of the draft a target is sized by), the weight format and the exporter's IR format
+(`IR_FORMAT_VERSION`, `DRAFT_IR_FORMAT_VERSION`). A retrained pair or a new exporter therefore never meets a stale IR.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 
 from utils.contract import DRAFT_IR_FORMAT_VERSION, IR_FORMAT_VERSION
 
-__all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "compiled_cache_dir", "default_ir_pair",
+__all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "shown_path", "compiled_cache_dir",
+           "export_once", "default_ir_pair",
            "current_target_export", "current_draft_export",
            "download_real_pair",
            "hub_unreachable_reason", "real_ir_pair", "missing_target_files", "missing_draft_files"]
@@ -26,12 +28,23 @@ __all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "compil
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REAL_TARGET_ID = "openbmb/MiniCPM-OCR-1.0"
 REAL_DRAFT_ID = "openbmb/MiniCPM-OCR-1.0-DSpark"
-_EXPORT_STAMP = "source-pair.json"
+EXPORT_STAMP = "export-source.json"  # in each export folder: what `export_once` made it from
 
 
 def models_dir() -> Path:
     """The suite's models folder: $DSPARK_OCR_MODELS, or `models/` at the repository root."""
     return Path(os.environ.get("DSPARK_OCR_MODELS", REPO_ROOT / "models"))
+
+
+def shown_path(path: Path | str) -> str:
+    """`path` as a notebook prints it: below `<models>` (the same wherever $DSPARK_OCR_MODELS points), or relative to
+    the repository, never the machine's own absolute path (which says nothing to a reader on another machine)."""
+    path = Path(path).resolve()
+    for root, name in ((models_dir().resolve(), "<models>"), (REPO_ROOT, None)):  # the models folder may be inside
+        if path.is_relative_to(root):
+            relative = path.relative_to(root).as_posix()
+            return f"{name}/{relative}" if name else relative
+    return f".../{path.name}"
 
 
 def compiled_cache_dir(models: Path | str | None = None) -> Path:
@@ -40,31 +53,62 @@ def compiled_cache_dir(models: Path | str | None = None) -> Path:
     return (Path(models) if models is not None else models_dir()) / "compiled"
 
 
+def _source_files(folder: Path) -> dict[str, str]:
+    from utils.files import sha256_file
+
+    return {path.relative_to(folder).as_posix(): sha256_file(path)
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def export_once(kind: str, source: Path | str, out: Path | str, *, draft: Path | str | None = None,
+                weight_format: str = "fp32") -> Path:
+    """Exports a target or a draft folder to `out`, unless `out` holds an export of these very files.
+
+    The export is stamped (`EXPORT_STAMP`, inside `out`) with the SHA-256 of every source file, of the draft's
+    files for a target, the weight format and the exporter's IR format; any change exports again, over `out`.
+
+    Args:
+        kind: "target" (`utils.export.target.export_target`) or "draft" (`utils.export.draft.export_draft`).
+        source: the transformers folder to export.
+        out: the IR folder.
+        draft: for a target, the draft folder that sizes its language model.
+        weight_format: "fp32", "fp16", "int8" or "int4".
+    """
+    import json
+
+    from utils.export.draft import export_draft
+    from utils.export.target import export_target
+
+    if kind not in ("target", "draft"):
+        raise ValueError(f"kind must be 'target' or 'draft', not {kind!r}")
+    source, out = Path(source), Path(out)
+    stamp = {"kind": kind, "weight_format": weight_format, "source": _source_files(source),
+             "ir_format": IR_FORMAT_VERSION if kind == "target" else DRAFT_IR_FORMAT_VERSION}
+    if kind == "target":
+        stamp["draft"] = _source_files(Path(draft)) if draft is not None else None
+    stamp_path = out / EXPORT_STAMP
+    if stamp_path.is_file() and json.loads(stamp_path.read_text()) == stamp:
+        return out
+    if kind == "target":
+        export_target(source, out, draft=draft, weight_format=weight_format, overwrite=True)
+    else:
+        export_draft(source, out, weight_format=weight_format, overwrite=True)
+    stamp_path.write_text(json.dumps(stamp, indent=2) + "\n")
+    return out
+
+
 def default_ir_pair(models: Path | str | None = None) -> tuple[Path, Path]:
     """(target IR folder, draft IR folder) of the shipped tiny pair, exported once (again when it changed).
 
     Args:
         models: the models folder (default: `models_dir()`).
     """
-    from utils.export.draft import export_draft
-    from utils.export.target import export_target
     from utils.tiny import default_pair
-    from utils.tiny.manifest import MANIFEST
 
-    models = Path(models) if models is not None else models_dir()
+    exports = (Path(models) if models is not None else models_dir()) / "tiny-ov"
     pair = default_pair()
-    exports = models / "tiny-ov"
-    source_stamp = ((pair.root / MANIFEST).read_text()
-                    + f"\nIR format {IR_FORMAT_VERSION}, draft IR format {DRAFT_IR_FORMAT_VERSION}\n")
-    stamp = exports / _EXPORT_STAMP
-    stale = not stamp.is_file() or stamp.read_text() != source_stamp
-    target, draft = exports / "target", exports / "draft"
-    if stale or not draft.exists():
-        export_draft(pair.draft, draft, overwrite=True)
-    if stale or not target.exists():
-        export_target(pair.target, target, draft=pair.draft, overwrite=True)
-    stamp.write_text(source_stamp)
-    return target, draft
+    draft = export_once("draft", pair.draft, exports / "draft")
+    return export_once("target", pair.target, exports / "target", draft=pair.draft), draft
 
 
 def current_target_export(folder: Path | str) -> bool:
@@ -164,24 +208,17 @@ def real_ir_pair(models: Path | str | None = None, *, target_format: str = "int8
     """Downloads the real pair (needs internet) and exports the target and each draft format once.
 
     The defaults are the seed's validation: an int8 target, drafts in 16-bit (the published bf16, stored as
-    fp16), int8 and int4 (lm_head in int8). Existing exports are reused.
+    fp16), int8 and int4 (lm_head in int8). Exports of the same files are reused (`export_once`).
 
     Returns:
         (target IR folder, {draft weight format: draft IR folder}) below the models folder.
     """
-    from utils.export.draft import export_draft
-    from utils.export.target import export_target
-
     models = Path(models) if models is not None else models_dir()
     target_source, draft_source = download_real_pair(models)
-    target = models / f"{target_source.name}-ov-{target_format}"
-    if not target.exists():
-        export_target(target_source, target, draft=draft_source, weight_format=target_format)
-    drafts = {}
-    for weight_format in draft_formats:
-        drafts[weight_format] = models / f"{draft_source.name}-ov-{weight_format}"
-        if not current_draft_export(drafts[weight_format]):
-            export_draft(draft_source, drafts[weight_format], weight_format=weight_format, overwrite=True)
+    target = export_once("target", target_source, models / f"{target_source.name}-ov-{target_format}",
+                         draft=draft_source, weight_format=target_format)
+    drafts = {weight_format: export_once("draft", draft_source, models / f"{draft_source.name}-ov-{weight_format}",
+                                         weight_format=weight_format) for weight_format in draft_formats}
     return target, drafts
 
 
