@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from utils.evaluation.character_error_rate import character_error_rate, edit_distance
+from utils.evaluation.character_error_rate import character_error_rate, edit_distance, substitutions
 from utils.evaluation.pages import SAMPLE_PROMPTS, sample_rows
 from utils.evaluation.reading_pages import (PAGE_KINDS, TRAINING_KINDS, UNPREDICTABLE_KINDS, ReadingPage, line_split,
                                            reading_pages)
@@ -33,6 +33,17 @@ def test_character_error_rate_pools_edits_over_characters():
     assert character_error_rate([("a much longer reading", "ab")]) > 1  # a runaway reading costs more than silence
     with pytest.raises(ValueError, match="empty"):
         character_error_rate([("x", "")])
+
+
+@pytest.mark.parametrize("read, truth, swapped", [
+    ("he11o wor1d", "hello world", [("l", "1"), ("l", "1"), ("l", "1")]),
+    ("ac", "abc", []),  # a dropped glyph is a deletion, not a substitution
+    ("Z0 {x}", "20 (x)", [("2", "Z"), ("(", "{"), (")", "}")]),
+    ("same", "same", []),
+])
+def test_substitutions_are_the_glyphs_read_as_others(read, truth, swapped):
+    assert substitutions(read, truth) == swapped
+    assert len(substitutions(read, truth)) <= edit_distance(read, truth)
 
 
 def test_reading_pages_are_seeded_and_cycle_through_the_kinds():
