@@ -8,25 +8,32 @@ compressed weights are decompressed to f32 and any difference comes from the wei
   every other draft runs on exactly the same blocks (same anchor, same new context, its own context cache).
   `top1`: share of block positions whose draft-logit argmax equals the reference's; `walk`: share of the
   Markov walk's tokens (Top-K scorer) equal to the reference's.
-- Target text: target-only greedy decoding of each format against the reference, page by page.
-- Tokens per step: speculative decoding with the reference target and each draft, pooled over the pages
-  (the output is the target's own either way; only the acceptance changes).
+- Target text: target-only greedy decoding of each format against the reference, page by page, with the first
+  token where each differing page leaves the reference (`FirstDifference`); `target_agreements` runs several page
+  sets on targets compiled once.
+- Tokens per step: speculative decoding with the reference target and each draft, target and draft at f32, pooled
+  over the pages (`speculative_runs` keeps each page's tokens and steps, so a caller can check the text is the
+  target's own and pool any subset of the pages).
+- `run_settings`: the caption line that names a table's pages, budget, confidence threshold and precision.
 - Time per token (`time_per_token`, not part of the report: it is this machine's clock): ms per generated
   token of each target format alone and of speculative decoding with each draft format, median and range over
   repeats, at the precision asked for (the device's own by default, what users run).
 
 Run options shared by the measurements: `pages` (`utils.evaluation.pages.SamplePage`s, or anything with `.image`),
-`prompt` (the instruction after each page), `max_new_tokens` (token budget per page), `device` (OpenVINO).
+`prompt` (the instruction after each page), `max_new_tokens` (token budget per page), `device` (OpenVINO),
+`cache_dir` (OpenVINO's model cache, `utils.models.compiled_cache_dir`: a target compiled by one measurement is
+imported by the next instead of compiled again; None compiles every time).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.device import F32_PROPERTIES
 from utils.engine.proposal import Proposal
 from utils.engine.verification import mean_tokens_per_step
@@ -34,9 +41,10 @@ from utils.export.compression import compressed_files
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
-__all__ = ["REFERENCE_FORMAT", "DraftAgreement", "TargetAgreement", "CompressionReport", "ir_sizes",
-           "time_per_token",
-           "draft_agreement", "target_agreement", "tokens_per_step", "compression_report"]
+__all__ = ["REFERENCE_FORMAT", "DraftAgreement", "FirstDifference", "TargetAgreement", "SpeculativeRun",
+           "CompressionReport", "ir_sizes", "time_per_token", "draft_agreement", "first_difference",
+           "target_agreements", "target_agreement", "speculative_runs", "tokens_per_step", "run_settings",
+           "compression_report"]
 
 REFERENCE_FORMAT = "fp32"
 
@@ -52,12 +60,37 @@ class DraftAgreement:
 
 
 @dataclass(frozen=True)
+class FirstDifference:
+    """Where a target's greedy answer first leaves the reference target's, on one page."""
+
+    page: str  # the page's name
+    position: int  # index of the first differing generated token (0: the first one)
+    reference: str  # the reference's token there, as text ("" when its answer ended before)
+    other: str  # this target's token there ("" when its answer ended before)
+    before: str  # the text both wrote before it
+
+
+@dataclass(frozen=True)
 class TargetAgreement:
     """A target's greedy answers against the reference target's, on the same pages."""
 
     pages: int
     equal_pages: int  # pages whose tokens are identical
     prefix: float  # share of the reference's tokens before the first difference, pooled over the pages
+    differences: tuple[FirstDifference, ...] = ()  # one per page that differs, in page order
+
+
+@dataclass(frozen=True)
+class SpeculativeRun:
+    """Speculative decoding with one draft over the pages: what it wrote and how many tokens each step emitted."""
+
+    tokens: tuple[tuple[int, ...], ...]  # per page, the generated tokens
+    emitted: tuple[tuple[int, ...], ...]  # per page, tokens per step (accepted drafts + 1; the prefill step: 1)
+
+    def tokens_per_step(self, pages: slice = slice(None)) -> float:
+        """Mean tokens per step pooled over `pages` (all by default), the prefill step included."""
+        steps = [count for page in self.emitted[pages] for count in page]
+        return sum(steps) / len(steps) if steps else 0.0
 
 
 @dataclass(frozen=True)
@@ -133,14 +166,15 @@ class _ComparingProposer:
 
 
 def draft_agreement(target: Path | str, drafts: Mapping[str, Path | str], pages: Sequence, *,
-                    prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 64, device: str = "CPU"
+                    prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 64, device: str = "CPU",
+                    cache_dir: Path | str | None = None
                     ) -> dict[str, DraftAgreement]:
     """Top-1 and walk agreement of each draft with the reference draft, over the blocks of the sample pages.
 
     Args:
         target: the reference (fp32) target IR folder, which verifies the reference draft's blocks.
         drafts: weight format -> draft IR folder; must hold `REFERENCE_FORMAT`.
-        pages, prompt, max_new_tokens, device: the run options (module docstring).
+        pages, prompt, max_new_tokens, device, cache_dir: the run options (module docstring).
 
     Returns:
         Weight format -> `DraftAgreement`, for every format but the reference.
@@ -153,19 +187,13 @@ def draft_agreement(target: Path | str, drafts: Mapping[str, Path | str], pages:
     info = reference.model.info
     proposer = _ComparingProposer(reference, loaded, TextEmbeddings(target, device, properties=F32_PROPERTIES),
                                   mask_token_id=info.mask_token_id, block_size=info.block_size)
-    pipeline = SpeculativeOcrPipeline(target, device=device, precision="f32", proposer=proposer,
+    pipeline = SpeculativeOcrPipeline(target, device=device, precision="f32", proposer=proposer, cache_dir=cache_dir,
                                       block_size=info.block_size)
     for page in pages:
         pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens)
     return {fmt: DraftAgreement(blocks=int(blocks), positions=int(positions), top1=top1 / max(positions, 1),
                                 walk=walk / max(positions, 1))
             for fmt, (blocks, positions, top1, walk) in proposer.counts.items()}
-
-
-def _greedy_tokens(target: Path | str, pages: Sequence, *, prompt: str, max_new_tokens: int, device: str
-                   ) -> list[list[int]]:
-    pipeline = SpeculativeOcrPipeline(target, device=device, precision="f32")
-    return [pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens).tokens for page in pages]
 
 
 def _common_prefix(first: Sequence[int], second: Sequence[int]) -> int:
@@ -175,26 +203,105 @@ def _common_prefix(first: Sequence[int], second: Sequence[int]) -> int:
     return length
 
 
+def first_difference(reference: Sequence[int], other: Sequence[int], token_text: Callable[[list[int]], str], *,
+                     page: str) -> FirstDifference | None:
+    """Where `other` first leaves `reference` (None when they are equal), its tokens written by `token_text`.
+
+    Args:
+        reference, other: the generated tokens of two answers to the same page.
+        token_text: tokens -> text (special tokens written out), e.g. `SpeculativeOcrPipeline.token_text`.
+        page: the page's name, kept in the result.
+    """
+    if list(reference) == list(other):
+        return None
+    position = _common_prefix(reference, other)
+
+    def written(tokens: Sequence[int]) -> str:
+        return token_text(list(tokens[position:position + 1])) if position < len(tokens) else ""
+
+    return FirstDifference(page=page, position=position, reference=written(reference), other=written(other),
+                           before=token_text(list(reference[:position])))
+
+
+def _agreement(reference: list[list[int]], answers: list[list[int]], pages: Sequence,
+               token_text: Callable[[list[int]], str]) -> TargetAgreement:
+    differences = tuple(difference for page, a, b in zip(pages, reference, answers)
+                        if (difference := first_difference(a, b, token_text, page=page.name)) is not None)
+    total = sum(len(tokens) for tokens in reference)
+    return TargetAgreement(pages=len(pages), equal_pages=len(pages) - len(differences),
+                           prefix=sum(_common_prefix(a, b) for a, b in zip(reference, answers)) / max(total, 1),
+                           differences=differences)
+
+
+def target_agreements(targets: Mapping[str, Path | str], page_sets: Mapping[str, Sequence], *,
+                      prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 64, device: str = "CPU",
+                      cache_dir: Path | str | None = None
+                      ) -> dict[str, dict[str, TargetAgreement]]:
+    """`target_agreement` on several page sets, each target compiled once (compiling costs more than a page).
+
+    Args:
+        targets: weight format -> target IR folder; must hold `REFERENCE_FORMAT`.
+        page_sets: a name -> the pages of that set.
+        prompt, max_new_tokens, device: the run options (module docstring).
+
+    Returns:
+        Set name -> weight format -> `TargetAgreement`, for every format but the reference.
+    """
+    _require_reference(targets, "targets")
+    answers, token_text = {}, None
+    for fmt, folder in targets.items():
+        pipeline = SpeculativeOcrPipeline(folder, device=device, precision="f32", cache_dir=cache_dir)
+        answers[fmt] = {name: [pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens).tokens
+                               for page in pages] for name, pages in page_sets.items()}
+        token_text = pipeline.token_text if fmt == REFERENCE_FORMAT else token_text
+    reference = answers.pop(REFERENCE_FORMAT)
+    return {name: {fmt: _agreement(reference[name], answer[name], pages, token_text)
+                   for fmt, answer in answers.items()}
+            for name, pages in page_sets.items()}
+
+
 def target_agreement(targets: Mapping[str, Path | str], pages: Sequence, *, prompt: str = DEFAULT_PROMPT,
-                     max_new_tokens: int = 64, device: str = "CPU") -> dict[str, TargetAgreement]:
+                     max_new_tokens: int = 64, device: str = "CPU", cache_dir: Path | str | None = None
+                     ) -> dict[str, TargetAgreement]:
     """Greedy (target-only) answers of each target format against the reference target's, page by page.
 
     Args:
         targets: weight format -> target IR folder; must hold `REFERENCE_FORMAT`.
-        pages, prompt, max_new_tokens, device: the run options (module docstring).
+        pages, prompt, max_new_tokens, device, cache_dir: the run options (module docstring).
 
     Returns:
         Weight format -> `TargetAgreement`, for every format but the reference.
     """
-    _require_reference(targets, "targets")
-    answers = {fmt: _greedy_tokens(folder, pages, prompt=prompt, max_new_tokens=max_new_tokens, device=device)
-               for fmt, folder in targets.items()}
-    reference = answers.pop(REFERENCE_FORMAT)
-    total = sum(len(tokens) for tokens in reference)
-    return {fmt: TargetAgreement(
-        pages=len(pages), equal_pages=sum(a == b for a, b in zip(reference, tokens)),
-        prefix=sum(_common_prefix(a, b) for a, b in zip(reference, tokens)) / max(total, 1))
-        for fmt, tokens in answers.items()}
+    return target_agreements(targets, {"pages": pages}, prompt=prompt, max_new_tokens=max_new_tokens,
+                             device=device, cache_dir=cache_dir)["pages"]
+
+
+def speculative_runs(target: Path | str, drafts: Mapping[str, Path | str | None], pages: Sequence, *,
+                     prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 64,
+                     confidence_threshold: float = DEFAULT_CONFIDENCE_THRESHOLD, device: str = "CPU",
+                     cache_dir: Path | str | None = None) -> dict[str, SpeculativeRun]:
+    """Speculative decoding with `target` and each draft at f32 (target and draft), page by page.
+
+    Args:
+        target: the target IR folder (the reference one, so only the draft changes).
+        drafts: a name (the weight format) -> draft IR folder; None runs the target alone, one token a step (the
+            text every draft's run must equal).
+        pages, prompt, max_new_tokens, device, cache_dir: the run options (module docstring).
+        confidence_threshold: verify only the leading drafts whose predicted acceptance reaches it (0: all).
+
+    Returns:
+        Name -> `SpeculativeRun`.
+    """
+    runs = {}
+    for fmt, folder in drafts.items():
+        pipeline = SpeculativeOcrPipeline(target, folder, device=device, precision="f32", draft_precision="f32",
+                                          cache_dir=cache_dir)
+        results = [pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens,
+                                     confidence_threshold=confidence_threshold) for page in pages]
+        runs[fmt] = SpeculativeRun(tokens=tuple(tuple(result.tokens) for result in results),
+                                   emitted=tuple(tuple(step.accepted + 1 for step in result.metrics.steps)
+                                                 for result in results))
+    return runs
 
 
 def tokens_per_step(target: Path | str, drafts: Mapping[str, Path | str], pages: Sequence, *,
@@ -204,23 +311,36 @@ def tokens_per_step(target: Path | str, drafts: Mapping[str, Path | str], pages:
     Args:
         target: the target IR folder (the reference one, so only the draft changes).
         drafts: weight format -> draft IR folder.
-        pages, prompt, max_new_tokens, device: the run options (module docstring).
+        pages, prompt, max_new_tokens, device, cache_dir: the run options (module docstring).
 
     Returns:
         Weight format -> tokens per step (the prefill step included, as `GenerationMetrics` counts it).
     """
-    result = {}
-    for fmt, folder in drafts.items():
-        pipeline = SpeculativeOcrPipeline(target, folder, device=device, precision="f32")
-        steps = [step for page in pages
-                 for step in pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens).metrics.steps]
-        result[fmt] = mean_tokens_per_step(steps)
-    return result
+    runs = speculative_runs(target, drafts, pages, prompt=prompt, max_new_tokens=max_new_tokens, device=device)
+    return {fmt: run.tokens_per_step() for fmt, run in runs.items()}
+
+
+def run_settings(pages: Sequence, *, max_new_tokens: int, precision: str = "f32",
+                 confidence_threshold: float | None = DEFAULT_CONFIDENCE_THRESHOLD) -> str:
+    """One line naming what a measurement ran on, for the caption of its table: pages, budget, threshold, precision.
+
+    Args:
+        pages: the pages read (their names are listed).
+        max_new_tokens: the token budget per page.
+        precision: the inference precision asked for ("f32", or "default": the device's own).
+        confidence_threshold: the confidence threshold of the drafts verified; None when there is none (the target
+            alone, or a loop that verifies every block whole).
+    """
+    threshold = ("no confidence threshold" if confidence_threshold is None
+                 else f"confidence threshold {confidence_threshold:g}")
+    inference = "f32 inference" if precision == "f32" else "the device's own inference precision"
+    return (f"{len(pages)} page{'' if len(pages) == 1 else 's'} ({', '.join(page.name for page in pages)}), at most "
+            f"{max_new_tokens} new tokens each, {threshold}, {inference}")
 
 
 def time_per_token(targets: Mapping[str, Path | str], drafts: Mapping[str, Path | str], pages: Sequence, *,
                    prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 64, device: str = "CPU",
-                   precision: str = "default", repeats: int = 3) -> list[dict]:
+                   precision: str = "default", repeats: int = 3, cache_dir: Path | str | None = None) -> list[dict]:
     """Milliseconds per generated token (decode phase, pages pooled) of each target format alone and of the
     reference target with each draft format; every pipeline reads one page untimed first, then the formats take
     turns, `repeats` times.
@@ -234,10 +354,9 @@ def time_per_token(targets: Mapping[str, Path | str], drafts: Mapping[str, Path 
     if repeats < 1:
         raise ValueError(f"repeats={repeats} must be >= 1")
     reference = _require_reference(targets, "targets")
-    pipelines = {("target", fmt): SpeculativeOcrPipeline(folder, device=device, precision=precision)
-                 for fmt, folder in targets.items()}
-    pipelines |= {("draft", fmt): SpeculativeOcrPipeline(reference, folder, device=device, precision=precision,
-                                                         draft_precision=precision)
+    options = {"device": device, "precision": precision, "cache_dir": cache_dir}
+    pipelines = {("target", fmt): SpeculativeOcrPipeline(folder, **options) for fmt, folder in targets.items()}
+    pipelines |= {("draft", fmt): SpeculativeOcrPipeline(reference, folder, draft_precision=precision, **options)
                   for fmt, folder in drafts.items()}
     for pipeline in pipelines.values():
         pipeline.generate(pages[0].image, prompt, max_new_tokens=max_new_tokens)
@@ -261,7 +380,7 @@ def compression_report(targets: Mapping[str, Path | str], drafts: Mapping[str, P
     Args:
         targets: weight format -> target IR folder; must hold `REFERENCE_FORMAT`.
         drafts: weight format -> draft IR folder; must hold `REFERENCE_FORMAT`.
-        pages, prompt, max_new_tokens, device: the run options (module docstring).
+        pages, prompt, max_new_tokens, device, cache_dir: the run options (module docstring).
 
     Returns:
         The `CompressionReport`; sizes of the target IRs first, then the draft's.
