@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from utils.engine.verification import StepRecord
-from utils.notebook.step_view import reading_html, side_by_side_html, step_views, steps_html
+from utils.notebook.step_view import (END_OF_TEXT, TOKEN_BUDGET, reading_html, side_by_side_html, step_views,
+                                      steps_html)
 
 
 def _text(tokens):
@@ -57,3 +58,16 @@ def test_the_reading_sits_beside_the_page_text_with_its_character_error_rate():
     assert "12.5%" in page and "&lt;3" in page and "<3" not in page
     assert page.index("page text") < page.index("read") and "dspark-cer" in page
     assert "0.0%" in reading_html("same", "same")
+
+
+def test_a_step_without_a_bonus_says_whether_the_text_or_the_budget_ended_it():
+    eos = 9
+    ended = StepRecord(drafted=(5, 9, 4), emitted=(5, 9), confidences=(0.9, 0.8, 0.7))  # EOS accepted as a draft
+    budget = StepRecord(drafted=(5, 6, 7), emitted=(5, 6), confidences=(0.9, 0.8, 0.7))  # 2 tokens left
+    full = StepRecord(drafted=(5, 6), emitted=(5, 6, 8), confidences=(0.9, 0.8))
+    views = step_views([ended, budget, full], _text, stop_token_ids=(eos,))
+    assert [view.no_bonus for view in views] == [END_OF_TEXT, TOKEN_BUDGET, None]
+    page = steps_html(views)
+    assert "none: end of text" in page and "none: token budget" in page
+    assert step_views([ended], _text)[0].no_bonus is None  # without the stop tokens it cannot tell
+    assert "none:" not in steps_html(step_views([ended], _text))

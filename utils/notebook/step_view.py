@@ -1,10 +1,10 @@
 """What each speculative step did, as HTML for the notebooks and the OCR panel (no torch, no widgets).
 
 Per verification step: the drafted tokens as text, coloured accepted / first rejected / discarded, the
-target's bonus token (its own next token, emitted in every step), the drafts the confidence cut left unverified,
-and each draft's confidence. And the
-speculative text beside the target-only text, with a mark saying whether they are identical; and what was read
-beside the page's own text, with its character error rate.
+target's bonus token (its own next token, which every step emits unless the end of the text or the token budget
+stops the reading inside its accepted drafts: the view then says which), the drafts the confidence cut left
+unverified, and each draft's confidence. And the speculative text beside the target-only text, with a mark saying
+whether they are identical; and what was read beside the page's own text, with its character error rate.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from utils.engine.verification import StepRecord
 from utils.evaluation.character_error_rate import character_error_rate
 from utils.evaluation.compare import first_difference
 
-__all__ = ["DraftToken", "StepView", "step_views", "steps_html", "side_by_side_html", "reading_html"]
+__all__ = ["END_OF_TEXT", "TOKEN_BUDGET", "DraftToken", "StepView", "step_views", "steps_html", "side_by_side_html",
+           "reading_html"]
+
+END_OF_TEXT, TOKEN_BUDGET = "end of text", "token budget"  # why a step emitted no bonus token
 
 _COLOURS = {"accepted": "#c8e6c9", "rejected": "#ffcdd2", "discarded": "#eeeeee", "bonus": "#bbdefb",
             "cut": "#e1bee7"}
@@ -35,25 +38,32 @@ class DraftToken:
 @dataclass(frozen=True)
 class StepView:
     """One target pass: its drafts in order, then the target's bonus token (None when EOS or the budget cut
-    the step inside the accepted drafts), then the drafts the confidence cut kept from the target."""
+    the step inside the accepted drafts), then the drafts the confidence cut kept from the target.
+
+    `no_bonus` says why a step has no bonus, `END_OF_TEXT` or `TOKEN_BUDGET`, when `step_views` was given the stop
+    tokens (None otherwise, and for a step with a bonus)."""
 
     index: int
     drafts: tuple[DraftToken, ...]
     bonus: DraftToken | None
     cut: tuple[DraftToken, ...] = ()
+    no_bonus: str | None = None
 
     @property
     def accepted(self) -> int:
         return sum(token.status == "accepted" for token in self.drafts)
 
 
-def step_views(steps: Sequence[StepRecord], detokenize: Callable[[list[int]], str]) -> list[StepView]:
+def step_views(steps: Sequence[StepRecord], detokenize: Callable[[list[int]], str], *,
+               stop_token_ids: Sequence[int] | None = None) -> list[StepView]:
     """Classifies every drafted token of every step (the prefill step, which drafts nothing, shows its token
     as the bonus).
 
     Args:
         steps: `OcrResult.metrics.steps` (or the reference loop's step records).
         detokenize: token ids -> text, e.g. `SpeculativeOcrPipeline.token_text` (special tokens written out).
+        stop_token_ids: the tokens that end the text (`SpeculativeOcrPipeline.eos_token_ids`): with them, a step
+            without a bonus says whether the end of the text or the token budget stopped it.
     """
     views = []
     for index, step in enumerate(steps):
@@ -72,8 +82,15 @@ def step_views(steps: Sequence[StepRecord], detokenize: Callable[[list[int]], st
         cut_confidences = step.cut_confidences or (None,) * len(step.cut)
         cut = tuple(DraftToken(detokenize([token]), "cut", confidence)
                     for token, confidence in zip(step.cut, cut_confidences))
-        views.append(StepView(index, tuple(drafts), bonus, cut))
+        views.append(StepView(index, tuple(drafts), bonus, cut, _no_bonus(step, bonus, stop_token_ids)))
     return views
+
+
+def _no_bonus(step: StepRecord, bonus: DraftToken | None, stop_token_ids: Sequence[int] | None) -> str | None:
+    """Why a step emitted no bonus: its last token ended the text, or else the token budget ran out there."""
+    if bonus is not None or stop_token_ids is None:
+        return None
+    return END_OF_TEXT if step.emitted and step.emitted[-1] in stop_token_ids else TOKEN_BUDGET
 
 
 def _visible(text: str) -> str:
@@ -94,7 +111,7 @@ def steps_html(views: Sequence[StepView]) -> str:
     legend = " ".join(_chip(DraftToken("", status), label=status) for status in _COLOURS)
     rows = "".join(
         f"<tr><td>{view.index}</td><td style='text-align:left'>{''.join(_chip(t) for t in view.drafts)}</td>"
-        f"<td style='text-align:left'>{_chip(view.bonus) if view.bonus else ''}</td>"
+        f"<td style='text-align:left'>{_bonus_cell(view)}</td>"
         f"<td>{view.accepted} of {len(view.drafts)}</td>"
         f"<td style='text-align:left'>{''.join(_chip(t) for t in view.cut)}</td></tr>"
         for view in views)
@@ -102,6 +119,12 @@ def steps_html(views: Sequence[StepView]) -> str:
             f"<table class='dspark-steps'><tr><th>step</th><th style='text-align:left'>drafted tokens</th>"
             f"<th style='text-align:left'>bonus</th><th>accepted</th>"
             f"<th style='text-align:left'>cut, not verified</th></tr>{rows}</table>")
+
+
+def _bonus_cell(view: StepView) -> str:
+    if view.bonus is not None:
+        return _chip(view.bonus)
+    return f"<i class='dspark-no-bonus'>none: {view.no_bonus}</i>" if view.no_bonus else ""
 
 
 def side_by_side_html(speculative: str, target_only: str) -> str:
