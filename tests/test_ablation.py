@@ -9,8 +9,9 @@ import pytest
 
 from utils.engine.device import F32_PROPERTIES
 from utils.engine.draft import DraftModel, MarkovHead
-from utils.evaluation.ablation import (PER_POSITION_ARGMAX, describe_threshold, describe_walks, differing_pages,
-                                       markov_variants, run_ablation, threshold_variants, totals, walk_margins)
+from utils.evaluation.ablation import (PER_POSITION_ARGMAX, Variant, compare_walks, describe_threshold,
+                                       describe_walks, differing_pages, markov_variants, run_ablation,
+                                       run_drafting_ablation, table_rows, threshold_variants, totals, walk_margins)
 from utils.evaluation.reading_pages import sample_pages
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
@@ -71,6 +72,37 @@ def test_walk_margins_compare_the_walks_on_every_drafted_position(pipeline):
     assert all(0 <= margins[key] <= margins["positions"]
                for key in ("top_k_equals_argmax", "dense_equals_argmax", "dense_equals_top_k"))
     assert min(margins["logit_leads"]) >= 0
+
+
+def test_one_pass_reads_the_shared_variant_once_and_records_the_walks_it_drafted(pipeline):
+    pages = sample_pages()[:2]
+    top_k = pipeline.proposer.info.top_k
+    blocks = []
+    walk_rows, threshold_rows = run_drafting_ablation(pipeline, pages, top_k=top_k, threshold=0.99, max_new_tokens=24,
+                                                      warm_up=False, walks=blocks)
+    walk_names, threshold_names = ([v.name for v in variants] for variants in (markov_variants(top_k),
+                                                                              threshold_variants(0.99)))
+    assert [(r["page"], r["variant"]) for r in walk_rows] == [(p.name, v) for p in pages for v in walk_names]
+    assert [(r["page"], r["variant"]) for r in threshold_rows] == [(p.name, v) for p in pages for v in threshold_names]
+    shared = [r for r in walk_rows if r["variant"] == f"Top-{top_k} walk"]
+    assert [{**r, "variant": "threshold 0"} for r in shared] == [r for r in threshold_rows
+                                                                 if r["variant"] == "threshold 0"]
+    assert compare_walks(pipeline.proposer.markov_head, blocks) == walk_margins(pipeline, pages, max_new_tokens=24)
+    assert type(pipeline.proposer.markov_head).__name__ == "MarkovHead"  # the recording head is gone again
+    with pytest.raises(ValueError, match="walks="):
+        run_ablation(pipeline, [Variant("dense", 0, 0.0)], pages, max_new_tokens=4, walks=[])
+
+
+def test_the_table_shows_the_pages_where_variants_differ_or_the_first():
+    same = [_rows("a", "x", drafts=8, tokens=4, steps=2, lowest=None), _rows("a", "y", drafts=8, tokens=4, steps=2,
+                                                                             lowest=None)]
+    for row in same:
+        row["drafts verified per step"] = 8.0
+    assert [r["page"] for r in table_rows(same)] == ["a", "a"]
+    other = [{**row, "page": "b"} for row in same]
+    other[1] = {**other[1], "drafts verified": 5, "drafts verified per step": 5.0}
+    assert [(r["page"], r["drafts verified per step"]) for r in table_rows(same + other)] == [("b", "8.00"),
+                                                                                                ("b", "5.00")]
 
 
 def _rows(page: str, variant: str, *, drafts: int, tokens: int, steps: int, lowest: float | None) -> dict:

@@ -6,14 +6,16 @@ A variant is a Markov computation and a confidence threshold. The per-position a
 cannot change the choice. Each variant reads every page (`repeats` times, the variants taking turns); a row
 reports what is the same on every machine at f32 (drafts verified per step, tokens per step, the text, the lowest
 confidence a verified draft got: a threshold below it cuts nothing) and what
-the clock says (ms per generated token: median, min and max over the repeats). `walk_margins` says why two
-walks agree where they do: how far each block position's best logit leads its second.
+the clock says (ms per generated token: median, min and max over the repeats). `compare_walks` says why two
+walks agree where they do: how far each block position's best logit leads its second, on the blocks
+`run_ablation` recorded (`walks=`) or `walk_margins` decodes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +25,8 @@ from utils.engine.draft import DSparkProposer
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
 __all__ = ["PER_POSITION_ARGMAX", "Variant", "markov_variants", "threshold_variants", "run_ablation",
-           "differing_pages", "totals", "walk_margins", "describe_walks", "describe_threshold"]
+           "run_drafting_ablation", "differing_pages", "table_rows", "totals", "compare_walks", "walk_margins",
+           "describe_walks", "describe_threshold"]
 
 PER_POSITION_ARGMAX = 1  # markov_head_top_k of the Top-1 scorer: each block position's best logit, no Markov term
 
@@ -64,33 +67,63 @@ def _row(page: str, variant: Variant, results: list) -> dict:
 
 
 def run_ablation(pipeline, variants: Sequence[Variant], pages, *, prompt: str = DEFAULT_PROMPT,
-                 max_new_tokens: int = 512, repeats: int = 1) -> list[dict]:
-    """Reads every page with every variant (one untimed warm-up read first), `repeats` times, the variants
-    taking turns; one row per (page, variant).
+                 max_new_tokens: int = 512, repeats: int = 1, warm_up: bool = True,
+                 walks: list | None = None) -> list[dict]:
+    """Reads every page with every variant (after one untimed warm-up read of each), `repeats` times, the
+    variants taking turns; one row per (page, variant).
 
     Args:
         pipeline: a `SpeculativeOcrPipeline` with a DSpark draft.
         variants: the ways of drafting to compare.
         pages: `SamplePage`s (`.name`, `.image`).
+        warm_up: read the first page once with each variant before the timed reads (False when the same
+            pipeline has just read with them).
+        walks: when given, the blocks the Markov head walks in the first read of each page by the exported Top-K
+            walk verifying every draft are appended to it (what `compare_walks` reads: no second decoding).
     """
     if repeats < 1:
         raise ValueError(f"repeats={repeats} must be >= 1")
 
-    def read(variant: Variant, page):
-        return pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens,
-                                 markov_head_top_k=variant.markov_head_top_k,
-                                 confidence_threshold=variant.confidence_threshold)
+    def read(variant: Variant, page, record: bool = False):
+        recording = _recording(pipeline, walks) if record else contextlib.nullcontext()
+        with recording:
+            return pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens,
+                                     markov_head_top_k=variant.markov_head_top_k,
+                                     confidence_threshold=variant.confidence_threshold)
 
-    for variant in variants:
+    recorded = next((v for v in variants if v.markov_head_top_k is None and v.confidence_threshold == 0.0), None)
+    if walks is not None and recorded is None:
+        raise ValueError("walks= records the exported Top-K walk verifying every draft; no variant reads with it")
+    for variant in variants if warm_up else ():
         read(variant, pages[0])
     rows = []
     for page in pages:
         runs = {variant: [] for variant in variants}
-        for _ in range(repeats):
+        for repeat in range(repeats):
             for variant in variants:
-                runs[variant].append(read(variant, page))
+                runs[variant].append(read(variant, page, walks is not None and repeat == 0 and variant == recorded))
         rows += [_row(page.name, variant, results) for variant, results in runs.items()]
     return rows
+
+
+def run_drafting_ablation(pipeline, pages, *, top_k: int, threshold: float = DEFAULT_CONFIDENCE_THRESHOLD,
+                          prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 512, warm_up: bool = True,
+                          walks: list | None = None) -> tuple[list[dict], list[dict]]:
+    """`markov_variants(top_k)` and `threshold_variants(threshold)` in one pass: their shared variant (the Top-K
+    walk verifying every draft, "threshold 0") is read once, not twice. `warm_up` and `walks` as `run_ablation`.
+
+    Returns:
+        (rows of the Markov variants, rows of the threshold variants), as `run_ablation` gives each.
+    """
+    markov, thresholds = markov_variants(top_k), threshold_variants(threshold)
+    shared = next(v for v in markov if (v.markov_head_top_k, v.confidence_threshold) ==
+                  (thresholds[0].markov_head_top_k, thresholds[0].confidence_threshold))
+    rows = run_ablation(pipeline, markov + thresholds[1:], pages, prompt=prompt,
+                        max_new_tokens=max_new_tokens, warm_up=warm_up, walks=walks)
+    walk_names = {variant.name for variant in markov}
+    threshold_rows = [{**row, "variant": thresholds[0].name} if row["variant"] == shared.name else row
+                      for row in rows if row["variant"] in {shared.name, *(v.name for v in thresholds[1:])}]
+    return [row for row in rows if row["variant"] in walk_names], threshold_rows
 
 
 def differing_pages(rows: list[dict]) -> list[str]:
@@ -99,6 +132,15 @@ def differing_pages(rows: list[dict]) -> list[str]:
     for row in rows:
         seen.setdefault(row["page"], set()).add((row["drafts verified"], row["tokens per step"]))
     return [page for page, outcomes in seen.items() if len(outcomes) > 1]
+
+
+def table_rows(rows: list[dict]) -> list[dict]:
+    """The rows of the pages where the variants differ (`differing_pages`), or of the first page when none does,
+    with the figures the same on every machine at f32, formatted for a table."""
+    pages = differing_pages(rows) or [rows[0]["page"]]
+    return [{"page": row["page"], "variant": row["variant"],
+             "drafts verified per step": f"{row['drafts verified per step']:.2f}",
+             "tokens per step": f"{row['tokens per step']:.2f}"} for row in rows if row["page"] in pages]
 
 
 def totals(rows: list[dict]) -> dict[str, dict]:
@@ -126,30 +168,34 @@ class _RecordingHead:
         return self.head.walk(logits, hidden, anchor=anchor, num_tokens=num_tokens, top_k=top_k)
 
 
-def walk_margins(pipeline, pages, *, prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 512) -> dict:
-    """Why the walks agree or not, on the blocks of the pages' runs (Top-K walk, every draft verified): for each
-    block position, whether the Top-K walk, the dense walk and the per-position argmax chose the same token, and
-    the lead of the best block logit over the second (a Markov term smaller than it cannot change the choice).
+@contextlib.contextmanager
+def _recording(pipeline, blocks: list) -> Iterator[None]:
+    """While open, `pipeline` drafts through a `_RecordingHead` that appends each block it walks to `blocks`."""
+    proposer = pipeline.proposer
+    recorder = _RecordingHead(proposer.markov_head)
+    recorder.blocks = blocks
+    pipeline.proposer = DSparkProposer(proposer.draft, recorder, proposer.embed, top_k=proposer.top_k)
+    try:
+        yield
+    finally:
+        pipeline.proposer = proposer
+
+
+def compare_walks(head, blocks: list) -> dict:
+    """Why the walks agree or not, on recorded blocks (Top-K walk, every draft verified): for each block position,
+    whether the Top-K walk, the dense walk and the per-position argmax chose the same token, and the lead of the
+    best block logit over the second (a Markov term smaller than it cannot change the choice).
 
     Args:
-        pipeline: a `SpeculativeOcrPipeline` with a DSpark draft.
+        head: the draft's `MarkovHead`.
+        blocks: (logits, hidden, anchor, num_tokens) per block, as `run_ablation(walks=...)` records them.
 
     Returns:
         {"positions", "top_k_equals_argmax", "dense_equals_argmax", "dense_equals_top_k", "logit_leads"}.
     """
-    from utils.engine.decoder import SpeculativeDecoder
-
-    recorder = _RecordingHead(pipeline.proposer.markov_head)
-    proposer = DSparkProposer(pipeline.proposer.draft, recorder, pipeline.embed)
-    decoder = SpeculativeDecoder(pipeline.language_model, pipeline.embed, stop_token_ids=pipeline.eos_token_ids,
-                                 proposer=proposer, block_size=pipeline.block_size)
-    for page in pages:
-        decoder.generate(pipeline.prompt_embeddings(page.image, prompt), max_new_tokens=max_new_tokens,
-                         confidence_threshold=0.0)
-    head = recorder.head
     same = {"top_k_equals_argmax": 0, "dense_equals_argmax": 0, "dense_equals_top_k": 0}
     leads = []
-    for logits, hidden, anchor, count in recorder.blocks:
+    for logits, hidden, anchor, count in blocks:
         chosen = {top_k: head.walk(logits, hidden, anchor=anchor, num_tokens=count, top_k=top_k)[0]
                   for top_k in (PER_POSITION_ARGMAX, None, 0)}
         same["top_k_equals_argmax"] += int((chosen[None] == chosen[PER_POSITION_ARGMAX]).sum())
@@ -158,6 +204,19 @@ def walk_margins(pipeline, pages, *, prompt: str = DEFAULT_PROMPT, max_new_token
         best_two = np.sort(logits[:count], axis=-1)[:, -2:]
         leads += (best_two[:, 1] - best_two[:, 0]).tolist()
     return {"positions": len(leads), **same, "logit_leads": leads}
+
+
+def walk_margins(pipeline, pages, *, prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 512) -> dict:
+    """`compare_walks` on the blocks of the pages' runs (Top-K walk, every draft verified), decoded here.
+
+    Args:
+        pipeline: a `SpeculativeOcrPipeline` with a DSpark draft.
+    """
+    blocks: list = []
+    with _recording(pipeline, blocks):
+        for page in pages:
+            pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens, confidence_threshold=0.0)
+    return compare_walks(pipeline.proposer.markov_head, blocks)
 
 
 def _differences(rows: list[dict]) -> str:

@@ -68,7 +68,8 @@ def top2_margin(pipeline, image, prompt: str, prefix: list[int]) -> float:
     return float(best - second)
 
 
-def precision_study(pipelines: dict[str, tuple], exact_baseline, cases, *, max_new_tokens: int = 512) -> list[dict]:
+def precision_study(pipelines: dict[str, tuple], exact_baseline, cases, *, max_new_tokens: int = 512,
+                    exact_tokens: dict[str, Sequence[int]] | None = None) -> list[dict]:
     """Speculative vs target-only output at each precision, case by case, and the target's own text against f32.
 
     Args:
@@ -76,6 +77,7 @@ def precision_study(pipelines: dict[str, tuple], exact_baseline, cases, *, max_n
         exact_baseline: a target-only pipeline at f32: the target's exact text, and the margin at each first
             difference.
         cases: (name, image, prompt) triples.
+        exact_tokens: the f32 target's text of some cases, by name, when already known (it is not read again).
 
     Returns:
         One row per (case, precision): whether the speculative text is the target-only text at that precision
@@ -85,7 +87,9 @@ def precision_study(pipelines: dict[str, tuple], exact_baseline, cases, *, max_n
     """
     rows = []
     for name, image, prompt in cases:
-        exact = exact_baseline.generate(image, prompt, max_new_tokens=max_new_tokens).tokens
+        known = (exact_tokens or {}).get(name)
+        exact = list(known) if known is not None else exact_baseline.generate(image, prompt,
+                                                                              max_new_tokens=max_new_tokens).tokens
         for precision, (alone, speculative) in pipelines.items():
             reference = exact if alone is exact_baseline else alone.generate(image, prompt,
                                                                              max_new_tokens=max_new_tokens).tokens
