@@ -46,3 +46,14 @@ def reading_pair(tmp_path_factory):
     from utils.tiny.config import READING_PAIR
 
     return build_tiny_pair(tmp_path_factory.mktemp("reading") / "pair", TinyPairConfig(**READING_PAIR))
+
+
+@pytest.fixture(scope="session")
+def paragraph() -> str:
+    """A paragraph of 20 lines, none wider than a page row: typed, it is read as 4 pages (6, 6, 6 and 2 rows)."""
+    return "\n".join([
+        "It was late in the autumn", "when the ferry stopped", "running and the island", "went quiet. The baker",
+        "still opened at six, the", "post came on Tuesdays,", "and the lighthouse keeper", "wrote letters to nobody",
+        "in a green notebook that", "he kept under the stairs.", "Each evening he counted", "the boats in the harbour:",
+        "nine, then eight, then", "seven as the weather", "turned. By December only", "the gulls were left, and",
+        "a dog that belonged to", "no one in particular.", "Spring, he wrote, comes", "back when it likes (1923)."])

@@ -216,6 +216,44 @@ def test_a_typed_page_is_drawn_read_and_scored_like_the_command_line_reads_it(se
     assert browser.find_element(By.CSS_SELECTOR, ".dspark-cer").text == f"{cer:.1%}"
 
 
+def test_a_paragraph_of_20_lines_is_read_as_4_pages_joined_as_the_command_line_reads_them(server, browser,
+                                                                                         tmp_path, paragraph):
+    """A learner pastes a text longer than a page: the app reads its 4 pages one after another and joins the
+    readings (`joined_reading`); the command line, reading the same pages saved as PNG files, joins to the same."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from utils.evaluation.typewriter import joined_reading, save_typed_pages
+    from utils.notebook.archive import read_records
+
+    run = _open_app(browser, server["url"])
+    box = browser.find_element(By.CSS_SELECTOR, ".dspark-typed textarea")
+    box.send_keys(paragraph.replace("\n", Keys.ENTER))
+    box.send_keys(Keys.TAB)  # the box sends its value when it loses the focus
+    _wait(browser, lambda d: d.execute_script("return document.querySelector('img.dspark-preview').src.length") > 0)
+    run.click()
+    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".dspark-joined pre.dspark-read")
+          and not d.find_element(By.CSS_SELECTOR, ".dspark-run").get_property("disabled"))
+    joined = browser.find_element(By.CSS_SELECTOR, ".dspark-joined")
+    assert "read as 4 pages and joined" in joined.find_element(By.CSS_SELECTOR, "h4").text
+    shown = joined.find_element(By.CSS_SELECTOR, "pre.dspark-read").get_attribute("textContent")
+    assert joined.find_element(By.CSS_SELECTOR, "pre.dspark-page-text").get_attribute("textContent") == paragraph
+    assert len(browser.find_elements(By.CSS_SELECTOR, "pre.dspark-speculative")) == 4
+
+    pages = save_typed_pages(paragraph, tmp_path / "pages")
+    results = tmp_path / "results.jsonl"
+    subprocess.run([sys.executable, "-m", "utils.ocr", str(tmp_path / "pages"), "--out", str(results), "--quiet",
+                    "--precision", "f32", "--device", "CPU", "--max-new-tokens", str(MAX_NEW_TOKENS)],
+                   capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    records = sorted(read_records(results), key=lambda record: record["file"])
+    assert [record["file"] for record in records] == [page.name for page in pages]
+    expected = joined_reading([record["text"] for record in records])
+    assert shown == expected
+    cer = character_error_rate([(expected, paragraph)])
+    assert joined.find_element(By.CSS_SELECTOR, ".dspark-cer").text == f"{cer:.1%}"
+    print(f"\nthe paragraph's 4 pages, joined, read with a CER of {cer:.1%}")
+
+
 def test_bad_input_gets_a_message_and_the_app_keeps_working(server, browser, tmp_path):
     from selenium.webdriver.common.by import By
 

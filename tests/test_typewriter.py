@@ -8,8 +8,8 @@ from PIL import Image
 
 from utils.evaluation.reading_pages import reading_pages, sample_pages
 from utils.evaluation.typewriter import (CELL, GLYPH_ATLAS, GLYPH_SIZES, GLYPHS, MAX_PAGE_CELLS, PAGE_CELLS, PAGE_ROWS,
-                                         PAGE_WIDTH, Ink, draw_glyph_atlas, fit_page, page_text, typed_lines,
-                                         render_typewriter_page)
+                                         PAGE_WIDTH, Ink, draw_glyph_atlas, fit_page, joined_reading, page_text,
+                                         render_typewriter_page, typed_lines, typed_pages, typed_pages_lines)
 from utils.pipeline.preprocessing import ImagePreprocessor
 
 
@@ -52,7 +52,8 @@ def test_typed_text_is_wrapped_onto_the_one_page(typed, rows):
 
 @pytest.mark.parametrize(("typed", "message"), [
     ("", "page is empty"), (" \n ", "page is empty"), ("café", "printable ASCII only; remove 'é'"),
-    ("a\n" * 7, f"holds {PAGE_ROWS} rows of {PAGE_WIDTH} characters; this text needs 7 rows"),
+    ("a\n" * 7, f"holds {PAGE_ROWS} rows of {PAGE_WIDTH} characters; this text needs 7 rows \\(typed_pages "
+                 "splits it into 2 pages\\)"),
 ])
 def test_typed_text_that_does_not_fit_is_refused(typed, message):
     with pytest.raises(ValueError, match=message):
@@ -122,3 +123,55 @@ def test_a_typed_page_is_the_typed_rows_drawn_in_the_sample_pages_ink():
 
     text = "x = 1\n\ny = [2, 3]"
     assert typed_page(text).tobytes() == render_typewriter_page(typed_lines(text)).tobytes()
+
+
+def test_a_paragraph_of_20_lines_is_typed_as_4_pages_of_the_one_shape(paragraph):
+    pages = typed_pages_lines(paragraph)
+    assert len(pages) == 4
+    assert all(len(lines) == PAGE_ROWS and {len(line) for line in lines} == {PAGE_WIDTH} for lines in pages)
+    rows = paragraph.splitlines()
+    assert [[line.rstrip() for line in lines] for lines in pages] == [
+        rows[0:6], rows[6:12], rows[12:18], [*rows[18:20], "", "", "", ""]]
+    images = typed_pages(paragraph)
+    assert [image.tobytes() for image in images] == [render_typewriter_page(lines).tobytes() for lines in pages]
+    assert {image.size for image in images} == {((PAGE_WIDTH + 1) * CELL, PAGE_ROWS * CELL)}
+
+
+def test_pages_break_between_rows_never_inside_a_wrapped_line():
+    """A line wrapped over 8 rows goes on over the page break: page 2 opens with the 7th row, whole."""
+    words = " ".join(f"wd{number:03d}" for number in range(1, 33))  # 32 words of 5 characters: 8 rows of 4
+    rows = [" ".join(f"wd{number:03d}" for number in range(first, first + 4)) for first in range(1, 33, 4)]
+    pages = typed_pages_lines(words + "\n\nend")
+    assert [line.rstrip() for line in pages[0]] == rows[:6]
+    assert [line.rstrip() for line in pages[1]] == [*rows[6:], "", "end", "", ""]
+    assert typed_pages_lines("a\n" * PAGE_ROWS) == [typed_lines("a\n" * PAGE_ROWS)]  # a full page is one page
+
+
+@pytest.mark.parametrize(("typed", "message"), [
+    ("", "type some text: the page is empty"), (" \n\t\n", "type some text: the page is empty"),
+    ("a\n" * 20 + "na\u00efve", "printable ASCII only; remove '\u00ef'"),
+])
+def test_typed_text_of_many_pages_names_what_cannot_be_typed(typed, message):
+    with pytest.raises(ValueError, match=message):
+        typed_pages_lines(typed)
+
+
+def test_the_pages_own_texts_joined_are_the_typed_texts_rows(paragraph):
+    """What a flawless reader writes, page by page, joins back into the typed rows: trailing spaces and the last
+    page's blank rows are the pages' padding; a blank row inside the text, even at a page's end, is kept."""
+    assert joined_reading([page_text(lines) for lines in typed_pages_lines(paragraph)]) == paragraph
+    typed = "one\n\n\n\n\n\n\nafter six blank rows\n  indented"  # blank rows end page 1, open page 2
+    assert joined_reading([page_text(lines) for lines in typed_pages_lines(typed)]) == typed
+    assert joined_reading(["ab  \n    ", "  c \nd   \n    \n    "]) == "ab\n\n  c\nd"
+
+
+def test_saved_pages_sort_in_reading_order(tmp_path):
+    from utils.evaluation.typewriter import save_typed_pages
+
+    text = "\n".join(f"row {number}" for number in range(1, 11 * PAGE_ROWS))  # 65 rows: 11 pages
+    paths = save_typed_pages(text, tmp_path / "pages")
+    assert [path.name for path in paths][:2] == ["page-01.png", "page-02.png"] and len(paths) == 11
+    assert sorted((tmp_path / "pages").iterdir()) == paths
+    assert [Image.open(path).tobytes() for path in paths] == [image.tobytes() for image in typed_pages(text)]
+    with pytest.raises(ValueError, match="pages is not an empty folder"):  # a shorter text would leave pages behind
+        save_typed_pages("one page", tmp_path / "pages")

@@ -156,7 +156,7 @@ def test_the_app_runs_the_pair_the_environment_names(tiny_ir):
 
 def test_a_typed_page_is_drawn_previewed_read_and_scored(app, tiny_ir):
     """Text typed in the box becomes the tiny pair's typewriter page: previewed, read as that image is read, and
-    shown beside its own text with the CER; too many rows is one line in the panel."""
+    shown beside its own text with the CER; a character outside the font is one line in the panel."""
     import io
 
     from PIL import Image
@@ -174,5 +174,44 @@ def test_a_typed_page_is_drawn_previewed_read_and_scored(app, tiny_ir):
     assert _printed(controls["text"]) == expected.texts[0]
     cer = character_error_rate([(expected.texts[0], page_text(lines))])
     assert f"dspark-cer'>{cer:.1%}<" in _shown(controls["result"])
-    controls["typed"].value = "\n".join("row" for _ in range(7))
-    assert "a page holds 6 rows of 26 characters; this text needs 7 rows" in _printed(controls["result"])
+    assert "--- page" not in _printed(controls["text"]) and "dspark-joined" not in _shown(controls["result"])
+    controls["typed"].value = "caf\u00e9\n" * 7
+    assert "the tiny pair's font has printable ASCII only; remove '\u00e9'" in _printed(controls["result"])
+
+
+def test_a_text_longer_than_a_page_is_read_page_by_page_and_joined(app, tiny_ir, paragraph):
+    """A 20-line paragraph is 4 typed pages: previewed from the first, each read as its image is read, scored
+    against its own text, and the 4 readings joined (`joined_reading`) beside the typed rows, with the CER."""
+    import html
+    import io
+
+    from PIL import Image
+
+    from utils.evaluation.typewriter import joined_reading, page_text, typed_pages, typed_pages_lines
+    from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
+
+    controls = _controls(app)
+    controls["typed"].value = paragraph
+    pages, images = typed_pages_lines(paragraph), typed_pages(paragraph)
+    assert len(pages) == 4
+    assert Image.open(io.BytesIO(bytes(controls["preview"].value))).tobytes() == images[0].tobytes()
+    descriptions = []
+    controls["run"].observe(lambda change: descriptions.append(change["new"]), names="description")
+    controls["run"].click()
+    target_only = SpeculativeOcrPipeline(tiny_ir[0], device="CPU", precision="f32")
+    readings = [target_only.generate(image, max_new_tokens=8).texts[0] for image in images]
+    printed, shown = _printed(controls["text"]), _shown(controls["result"])
+    assert printed == "".join(f"--- page {number} of 4 ---\n{reading}\n"
+                              for number, reading in enumerate(readings, start=1))
+    assert [text for text in descriptions if text.startswith("Reading page")] == [
+        f"Reading page {number} of 4..." for number in range(1, 5)]
+    assert controls["run"].description == "Read the page" and not controls["run"].disabled
+    assert shown.count("dspark-verdict") == 2 * 4 + 1  # per page: identical?, CER; then the joined reading's CER
+    for lines in pages:
+        assert f"dspark-page-text' style='white-space:pre-wrap'>{html.escape(page_text(lines))}<" in shown
+    joined = shown[shown.index("dspark-joined"):]
+    assert "read as 4 pages and joined" in joined
+    assert f"dspark-page-text' style='white-space:pre-wrap'>{html.escape(paragraph)}<" in joined
+    assert f"dspark-read' style='white-space:pre-wrap'>{html.escape(joined_reading(readings))}<" in joined
+    cer = character_error_rate([(joined_reading(readings), paragraph)])
+    assert f"dspark-cer'>{cer:.1%}<" in joined

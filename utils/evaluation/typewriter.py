@@ -12,6 +12,10 @@ So the text of a page, as the tiny reader writes it (`page_text`), is the grid r
 `width` characters long (trailing spaces included), the rows joined by newlines: character k of that text is
 image token k, and the end of the answer is the page's last image token.
 
+Text someone types is wrapped into such rows (`typed_lines`, one page); a text longer than a page is split
+between rows into several pages of the one shape (`typed_pages_lines`), read one at a time, and the readings are
+joined back into the text's rows (`joined_reading`).
+
 Glyphs come from a bitmap atlas shipped with the suite (`glyphs.png`, printable ASCII in DejaVu Sans Mono at
 seven sizes), drawn once from matplotlib's copy of the font by `draw_glyph_atlas`. Pages are pasted from it,
 never rasterised by FreeType at run time, so the same text gives the same pixels with any Pillow.
@@ -27,7 +31,8 @@ from PIL import Image
 
 __all__ = ["CELL", "PAGE_ROWS", "PAGE_WIDTH", "PAGE_CELLS", "MAX_PAGE_CELLS", "GLYPH_ATLAS", "GLYPH_SIZES",
            "PAGE_GLYPH_SIZE", "GLYPHS", "Ink", "page_text", "fit_page", "typed_lines", "typed_page",
-           "render_typewriter_page", "draw_glyph_atlas"]
+           "typed_pages_lines", "typed_pages", "save_typed_pages", "joined_reading", "render_typewriter_page",
+           "draw_glyph_atlas"]
 
 CELL = 28  # pixels per cell side: one "4x" image token of 14-pixel patches
 # The one shape of every generated and sample page (`fit_page`): rows x characters, then the blank column. With
@@ -88,10 +93,10 @@ def fit_page(lines: list[str]) -> list[str]:
     return [line.ljust(PAGE_WIDTH) for line in [*lines, *[""] * (PAGE_ROWS - len(lines))]]
 
 
-def typed_lines(text: str) -> list[str]:
-    """Text someone typed, as the rows of a page of the one shape: each line wrapped at spaces to `PAGE_WIDTH`
-    characters (a longer word is cut), tabs as four spaces, blank lines kept; then `fit_page`. A ValueError says
-    what does not fit: more than `PAGE_ROWS` rows, or characters the atlas has no glyph for."""
+def _typed_rows(text: str) -> list[str]:
+    """Text someone typed as rows of at most `PAGE_WIDTH` characters, trailing spaces dropped: each line wrapped at
+    spaces (a longer word is cut), tabs as four spaces, blank lines kept and trailing ones dropped. A ValueError
+    names characters the atlas has no glyph for, or says the text is empty."""
     unknown = sorted({char for char in text.replace("\t", " ").replace("\n", " ")} - set(GLYPHS) - {" "})
     if unknown:
         raise ValueError(f"the tiny pair's font has printable ASCII only; remove {''.join(unknown)!r}")
@@ -106,14 +111,75 @@ def typed_lines(text: str) -> list[str]:
         rows.append(line)
     if not any(row.strip() for row in rows):
         raise ValueError("type some text: the page is empty")
+    return rows
+
+
+def typed_lines(text: str) -> list[str]:
+    """Text someone typed, as the rows of ONE page of the one shape (`_typed_rows`, then `fit_page`), for the
+    pages and notebooks that want a single page. A ValueError says what does not fit: more than `PAGE_ROWS` rows
+    (`typed_pages_lines` reads such a text as several pages), or characters the atlas has no glyph for."""
+    rows = _typed_rows(text)
     if len(rows) > PAGE_ROWS:
-        raise ValueError(f"a page holds {PAGE_ROWS} rows of {PAGE_WIDTH} characters; this text needs {len(rows)} rows")
+        raise ValueError(f"a page holds {PAGE_ROWS} rows of {PAGE_WIDTH} characters; this text needs {len(rows)} "
+                         f"rows (typed_pages splits it into {-(-len(rows) // PAGE_ROWS)} pages)")
     return fit_page(rows)
 
 
 def typed_page(text: str) -> Image.Image:
     """Text someone typed, drawn as the one page the tiny pair reads (`typed_lines`, in the sample pages' ink)."""
     return render_typewriter_page(typed_lines(text))
+
+
+def typed_pages_lines(text: str) -> list[list[str]]:
+    """Text of any length someone typed, as pages of the one shape: the rows wrapped as `typed_lines` wraps them,
+    split every `PAGE_ROWS` rows (a page break falls between rows, never inside one), each page `fit_page`d, so
+    the last page's missing rows are blank. The tiny pair reads one page at a time; `joined_reading` joins the
+    readings again. A ValueError names characters outside the atlas, or says the text is empty.
+
+    Returns:
+        One list of `PAGE_ROWS` rows of `PAGE_WIDTH` characters per page, in reading order.
+    """
+    rows = _typed_rows(text)
+    return [fit_page(rows[first:first + PAGE_ROWS]) for first in range(0, len(rows), PAGE_ROWS)]
+
+
+def typed_pages(text: str) -> list[Image.Image]:
+    """Text of any length someone typed, drawn as the pages the tiny pair reads (`typed_pages_lines`, in the
+    sample pages' ink), in reading order."""
+    return [render_typewriter_page(lines) for lines in typed_pages_lines(text)]
+
+
+def save_typed_pages(text: str, folder: Path | str) -> list[Path]:
+    """Saves `typed_pages(text)` as PNG files `page-1.png`, `page-2.png`, ... in `folder`, numbered with as many
+    digits as the last page needs, so that a sorted listing, as `python -m utils.ocr FOLDER --out RESULTS.jsonl`
+    reads a folder, is the reading order. The folder is created, or must be empty: it then holds exactly the text's
+    pages, none left from another text. Every page is drawn before any file is written.
+
+    Returns:
+        The files written, in reading order.
+    """
+    images = typed_pages(text)
+    folder = Path(folder)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ValueError(f"{folder} is not an empty folder; save a typed text's pages into a new or empty one")
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"page-{number:0{len(str(len(images)))}d}.png" for number in range(1, len(images) + 1)]
+    for image, path in zip(images, paths):
+        image.save(path)
+    return paths
+
+
+def joined_reading(readings: list[str]) -> str:
+    """The readings of a typed text's pages, in order, joined as the text reads: the pages' rows joined by
+    newlines, each row without its trailing spaces (the reader writes every row padded to the page's width) and
+    the blank rows after the last written row dropped (the last page's padding).
+
+    That is the typed text's rows: `joined_reading` of the pages' own texts (`page_text` of each of
+    `typed_pages_lines(text)`) is the text as wrapped, its rows joined by newlines, which a joined reading is
+    scored against. A reading that lost its place keeps what it wrote; the score shows it.
+    """
+    rows = "\n".join(readings).split("\n")
+    return "\n".join(row.rstrip() for row in rows).rstrip("\n")
 
 
 class Ink:

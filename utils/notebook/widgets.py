@@ -59,11 +59,14 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
             max_new_tokens: int = 512):
     """The interactive OCR panel of notebook 05 and of the Voila app (`app/speculative-ocr.ipynb`).
 
-    Pick a sample page, type a page (drawn as a typewriter page: what the tiny pair reads), or upload an image or a
-    PDF (previewed; a button clears it), set the prompt, precision, draft tokens per step, Markov computation,
-    confidence threshold and token budget, and press the button: each page is read with the target alone and with
-    the draft, and the panel shows the streamed text, both texts side by side with an "identical" mark, a sample or
-    typed page's own text beside the reading with its character error rate, the per-step view and the metrics. A
+    Pick a sample page, type text (drawn as typewriter pages: what the tiny pair reads; a text longer than one page
+    becomes several, `utils.evaluation.typewriter.typed_pages_lines`), or upload an image or a PDF (previewed, the
+    first page; a button clears it), set the prompt, precision, draft tokens per step, Markov computation,
+    confidence threshold and token budget, and press the button: each page is read in turn with the target alone
+    and with the draft, and the panel shows the streamed text, both texts side by side with an "identical" mark, a
+    sample or typed page's own text beside the reading with its character error rate, the per-step view and the
+    metrics; the button counts the pages of a longer read ("Reading page 2 of 4..."), and a text typed over several
+    pages ends with the pages' readings joined (`joined_reading`) beside the typed text's rows, with its CER. A
     target that reads only typewriter pages (the tiny pair) gets a line saying so above the controls, and a notice
     under a reading of any other image. The draft folder is read once here and the models compile on the first
     read. Every control is disabled while a read runs; any error becomes one line in the panel (the traceback goes
@@ -106,7 +109,8 @@ class _OcrPanel:
         self.devices = device_widget() if self.device is None else None
         self.page = widgets.Dropdown(options=[(p.name, index) for index, p in enumerate(self.pages)],
                                      description="Page:")
-        self.typed = widgets.Textarea(placeholder="or type a page here: up to 6 rows of 26 characters", rows=6,
+        self.typed = widgets.Textarea(placeholder="or type text here: 6 rows of 26 characters a page, a longer "
+                                                  "text read page by page", rows=6,
                                       continuous_update=False, layout=widgets.Layout(width="260px"))
         self.upload = widgets.FileUpload(accept="image/*,.pdf,application/pdf", multiple=False, description="Upload")
         self.clear = widgets.Button(description="Clear upload", disabled=True)
@@ -162,24 +166,33 @@ class _OcrPanel:
     def show_error(self, error: BaseException) -> None:
         self.result.append_stdout(error_message(error) + "\n")
 
-    def page_truth(self) -> str | None:
-        """The text of the page to read when the panel knows it (a sample or a typed page), else None."""
-        from utils.evaluation.typewriter import page_text, typed_lines
+    def typed_pages(self) -> list[list[str]]:
+        """The rows of each page of the typed text (`typed_pages_lines`); none when the box is blank or an upload
+        is chosen."""
+        from utils.evaluation.typewriter import typed_pages_lines
+
+        return [] if self.upload.value or not self.typed.value.strip() else typed_pages_lines(self.typed.value)
+
+    def page_truth(self, number: int) -> str | None:
+        """The text of page `number` (from 1) when the panel knows it (a sample or a typed page), else None."""
+        from utils.evaluation.typewriter import page_text
 
         if self.upload.value:
             return None
-        if self.typed.value.strip():
-            return page_text(typed_lines(self.typed.value))
-        return self.pages[self.page.value].text
+        typed = self.typed_pages()
+        return page_text(typed[number - 1]) if typed else self.pages[self.page.value].text
 
     def chosen_pages(self):
         """The pages to read, rendered on demand: (count, page number -> RGB image)."""
-        from utils.evaluation.typewriter import typed_page
+        from utils.evaluation.typewriter import render_typewriter_page
         from utils.pipeline.preprocessing.image_io import load_rgb_image
         from utils.pipeline.preprocessing.pdf import PdfPages, is_pdf
 
+        typed = self.typed_pages()
+        if typed:
+            return len(typed), lambda number: render_typewriter_page(typed[number - 1])
         if not self.upload.value:
-            image = typed_page(self.typed.value) if self.typed.value.strip() else self.pages[self.page.value].image
+            image = self.pages[self.page.value].image
             return 1, lambda _: image
         uploaded = self.upload.value[0]
         content, name = bytes(uploaded["content"]), uploaded.get("name")
@@ -213,7 +226,8 @@ class _OcrPanel:
             self.show_error(error)
 
     def read(self, count: int, render) -> None:
-        """Reads each page with the target alone and with the draft, and shows both."""
+        """Reads each page with the target alone and with the draft, and shows both; then, for a text typed over
+        several pages, the speculative readings joined beside the typed text's rows."""
         from IPython.display import HTML, Markdown
 
         from utils.evaluation.compare import compare_runs, metrics_rows
@@ -221,9 +235,10 @@ class _OcrPanel:
         from utils.notebook.step_view import reading_html, side_by_side_html, step_views, steps_html
 
         baseline, speculative = self.pipelines()
-        truth = self.page_truth()
-        for number in range(1, count + 1):
+        truths, readings = [self.page_truth(number) for number in range(1, count + 1)], []
+        for number, truth in enumerate(truths, start=1):
             if count > 1:
+                self.run.description = f"Reading page {number} of {count}..."
                 self.text.append_stdout(f"--- page {number} of {count} ---\n")
                 self.result.append_display_data(Markdown(f"#### Page {number} of {count}"))
             runs = compare_runs(baseline, speculative, render(number), self.prompt.value,
@@ -231,6 +246,7 @@ class _OcrPanel:
                                 markov_head_top_k=self.markov.value, confidence_threshold=self.threshold.value,
                                 streamer=self.text.append_stdout)
             drafted, alone = runs["speculative"], runs["target only"]
+            readings.append(drafted.texts[0])
             if drafted.notice:
                 self.result.append_stdout(drafted.notice + "\n")
             self.result.append_display_data(HTML(side_by_side_html(drafted.texts[0], alone.texts[0])))
@@ -241,6 +257,8 @@ class _OcrPanel:
             self.result.append_display_data(Markdown(markdown_table(metrics_rows(runs))))
             if count > 1:
                 self.text.append_stdout("\n")
+        if count > 1 and self.typed_pages():
+            self.result.append_display_data(HTML(_joined_html(readings, truths)))
 
     def on_run(self, _) -> None:
         # Outputs are appended, not captured with `with output:`, which would show an error as a traceback.
@@ -257,6 +275,16 @@ class _OcrPanel:
             for widget, disabled in enabled.items():
                 widget.disabled = disabled
             self.run.description = "Read the page"
+
+
+def _joined_html(readings: list[str], truths: list[str]) -> str:
+    """The readings of a typed text's pages joined as the text reads, beside the typed text's rows joined the same
+    way, with its CER (`utils.evaluation.typewriter.joined_reading`)."""
+    from utils.evaluation.typewriter import joined_reading
+    from utils.notebook.step_view import reading_html
+
+    return (f"<div class='dspark-joined'><h4>The typed text, read as {len(readings)} pages and joined</h4>"
+            f"{reading_html(joined_reading(readings), joined_reading(truths))}</div>")
 
 
 def _reach_html(reach) -> str:
