@@ -6,6 +6,7 @@ from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.evaluation.pages import CORPUS_PATH
 from utils.evaluation.typewriter import CELL, PAGE_ROWS
 from utils.evaluation.written_pages import WRITTEN_TEXTS
+from utils.evaluation.reading_pages import LOOK_ALIKE_CLASSES
 from utils.tiny.reading_report import WALKS, measure_reading, reading_report_summary, unseen_font_page
 
 
@@ -39,8 +40,13 @@ def test_a_random_reading_pair_is_measured_in_every_setting(reading_pair, tmp_pa
     for part in ("random_pages", "sparse_pages", "written_pages"):
         assert 0 <= figures[part]["row_slips"] and figures[part]["tokens_per_step"] >= 1.0
     assert list(figures["written_pages"]["readings"]) == list(WRITTEN_TEXTS)[:1]  # a quick check reads fewer
+    hard = figures["hard_pages"]
+    assert hard["look_alikes"]["pages"] == 7 and hard["digit_grids"]["pages"] == 1  # one per glyph size, one grid
+    assert set(hard["look_alikes"]["accuracy_by_class"]) == set(LOOK_ALIKE_CLASSES)
+    assert hard["digit_grids"]["reached_budget"] <= 1 and hard["digit_grids"]["tokens_per_step"] >= 1.0
     shape = figures["another_shape"]
     assert "reads only typewriter pages" in shape["notice"] and shape["image_size"] == [17 * CELL, 3 * CELL]
     assert shape["tokens"] <= 3 * 17 + TYPEWRITER_SLACK
     summary = reading_report_summary(figures)
     assert "CLI defaults" in summary and "a font never trained on" in summary and "notice: yes" in summary
+    assert "look-alike glyphs (7 pages" in summary and "digit grids (1 pages)" in summary

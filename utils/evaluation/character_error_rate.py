@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["edit_distance", "character_error_rate", "substitutions", "row_slip", "ROW_OVERRUN"]
+__all__ = ["edit_distance", "character_error_rate", "alignment", "substitutions", "row_slip", "ROW_OVERRUN"]
 
 
 def edit_distance(read: str, truth: str) -> int:
@@ -19,26 +19,34 @@ def edit_distance(read: str, truth: str) -> int:
     return previous[-1]
 
 
-def substitutions(read: str, truth: str) -> list[tuple[str, str]]:
-    """(page character, character read) for each substitution of a fewest-edits alignment of `read` to `truth`:
-    the glyphs the reader took for others, in page order (insertions and deletions are not listed)."""
+def alignment(read: str, truth: str) -> list[tuple[str, str]]:
+    """A fewest-edits alignment of `read` to `truth`, in page order: (page character, character read) for each
+    match or substitution, ("", character) for a character read that the page lacks, (character, "") for a page
+    character the reading lacks."""
     table = [[0] * (len(truth) + 1) for _ in range(len(read) + 1)]
     for row in range(len(read) + 1):
         for column in range(len(truth) + 1):
             table[row][column] = row + column if not row or not column else min(
                 table[row - 1][column] + 1, table[row][column - 1] + 1,
                 table[row - 1][column - 1] + (read[row - 1] != truth[column - 1]))
-    found, row, column = [], len(read), len(truth)
-    while row and column:
-        if table[row][column] == table[row - 1][column - 1] + (read[row - 1] != truth[column - 1]):
-            if read[row - 1] != truth[column - 1]:
-                found.append((truth[column - 1], read[row - 1]))
+    pairs, row, column = [], len(read), len(truth)
+    while row or column:
+        if row and column and table[row][column] == table[row - 1][column - 1] + (read[row - 1] != truth[column - 1]):
+            pairs.append((truth[column - 1], read[row - 1]))
             row, column = row - 1, column - 1
-        elif table[row][column] == table[row - 1][column] + 1:
+        elif row and table[row][column] == table[row - 1][column] + 1:
+            pairs.append(("", read[row - 1]))
             row -= 1
         else:
+            pairs.append((truth[column - 1], ""))
             column -= 1
-    return found[::-1]
+    return pairs[::-1]
+
+
+def substitutions(read: str, truth: str) -> list[tuple[str, str]]:
+    """(page character, character read) for each substitution of a fewest-edits alignment of `read` to `truth`:
+    the glyphs the reader took for others, in page order (insertions and deletions are not listed)."""
+    return [(page, seen) for page, seen in alignment(read, truth) if page and seen and page != seen]
 
 
 def character_error_rate(pairs: Iterable[tuple[str, str]]) -> float:

@@ -4,7 +4,8 @@ statistics (`utils.evaluation.acceptance`), a question each."""
 from __future__ import annotations
 
 __all__ = ["plot_tokens_per_step_histogram", "plot_conditional_acceptance", "plot_acceptance_by_position",
-           "plot_sweep", "plot_configurations", "plot_time_breakdown", "plot_reliability", "plot_threshold_sweep"]
+           "plot_sweep", "plot_configurations", "plot_time_breakdown", "plot_reliability", "plot_threshold_sweep",
+           "plot_glyph_confusion"]
 
 
 def _axes(ax, title: str):
@@ -161,4 +162,26 @@ def plot_threshold_sweep(config: dict, *, default: float, times: list[float] | N
         time_axis.set_ylabel("ms per token")
         time_axis.set_ylim(0, None)
     ax.legend(handles=lines, fontsize=8)
+    return ax
+
+
+def plot_glyph_confusion(confusion, ax=None):
+    """What each look-alike character of the pages was read as (`utils.evaluation.hard_pages.GlyphConfusion`), as
+    a share of its occurrences: a diagonal of 1 is a reader that tells them apart; any other cell is a confusion,
+    labelled with its count."""
+    import numpy as np
+
+    rows, columns, table = confusion.matrix()
+    shares = table / np.maximum(table.sum(axis=1, keepdims=True), 1)
+    ax = _axes(ax, f"Look-alike glyphs: what each was read as ({confusion.characters()} characters)")
+    ax.grid(False)
+    image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1, aspect="auto")
+    for row, column in zip(*np.nonzero(table)):
+        if rows[row] != columns[column]:
+            ax.text(column, row, str(table[row, column]), ha="center", va="center", fontsize=7, color="crimson")
+    ax.set_xticks(range(len(columns)), columns, fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    ax.set_xlabel("read as")
+    ax.set_ylabel("on the page")
+    ax.figure.colorbar(image, ax=ax, label="share of the character's occurrences")
     return ax

@@ -28,7 +28,8 @@ from utils.evaluation.pages import CORPUS_PATH, SamplePage, sample_rows
 from utils.evaluation.typewriter import (GLYPHS, PAGE_ROWS, PAGE_WIDTH, Ink, fit_page, page_text,
                                          render_typewriter_page)
 
-__all__ = ["PAGE_KINDS", "UNPREDICTABLE_KINDS", "TRAINING_KINDS", "SPLITS", "SAMPLE_SEED", "ReadingPage", "iter_reading_pages", "reading_pages", "line_split",
+__all__ = ["PAGE_KINDS", "UNPREDICTABLE_KINDS", "TRAINING_KINDS", "HARD_KINDS", "REFINING_KINDS", "LOOK_ALIKE_CLASSES",
+           "SPLITS", "SAMPLE_SEED", "ReadingPage", "iter_reading_pages", "reading_pages", "line_split",
            "sample_pages"]
 
 SPLITS = ("train", "held-out")
@@ -209,14 +210,100 @@ def _mixed_case(rng, width):
                     width)
 
 
+# Glyphs a reader at 18-24 px takes for one another unless it is taught to tell them apart: digits and letters,
+# brackets, operators, and letter pairs that read as one letter ("rn" as "m").
+LOOK_ALIKE_CLASSES = ("0Oo", "1Il|", "2Zz", "5Ss", "8B", "6b", "9g", "({[", ")}]", "+x", "&k", "<=", "!l", "-~",
+                      "nm", "rnm")
+
+
+def _look_alikes(rng, width):
+    """Groups of characters drawn from one or two look-alike classes at a time: nothing but the glyph tells them
+    apart, so a reader must look at every one."""
+    def group() -> str:
+        pool = "".join(LOOK_ALIKE_CLASSES[i] for i in rng.integers(0, len(LOOK_ALIKE_CLASSES), size=2))
+        return "".join(pool[i] for i in rng.integers(0, len(pool), size=int(rng.integers(1, 9))))
+    return _wrapped(group, width)
+
+
+def _digit_grid(rng, width):
+    """Rows of digit groups of one layout per page (group length, separator), as account numbers, serials and
+    tables of figures are; a group often repeats one just written, so only the page says where a row ends."""
+    length = int(rng.choice([2, 3, 4, 5, 6, 8, 10, 12]))
+    separator = str(rng.choice([" ", "  ", ",", "-", " | ", "."]))
+    groups: list[str] = []
+    def row() -> str:
+        line = ""
+        while True:
+            if groups and rng.random() < 0.3:
+                value = groups[-int(rng.integers(1, min(len(groups), 4) + 1))]
+            else:
+                value = "".join(str(digit) for digit in rng.integers(0, 10, size=length))
+            candidate = value if not line else line + separator + value
+            if len(candidate) > width:
+                return line or value[:width]
+            line = candidate
+            groups.append(value)
+    return row
+
+
+def _repeats(rng, width):
+    """Rows that repeat themselves: dot leaders, runs of one separator, a word over and over, a short pattern,
+    or the row just written again. A reader keeps its place by the page, never by what comes next in the text."""
+    previous: list[str] = []
+    def row() -> str:
+        form = int(rng.integers(0, 6))
+        if previous and form == 0:
+            return previous[-1]
+        if form == 1:
+            label, figure = _word(rng).capitalize(), _number(rng)
+            dots = int(rng.integers(3, max(4, width - len(label) - len(figure) - 1)))
+            line = f"{label} {'.' * dots} {figure}"
+        elif form == 2:
+            line = str(rng.choice(list("-=_*.~#+"))) * int(rng.integers(3, width + 1))
+        elif form == 3:
+            word = _word(rng) if rng.integers(0, 2) else _name(rng, 1, 4)
+            line = " ".join([word] * int(rng.integers(2, width // (len(word) + 1) + 2)))
+        else:
+            unit = "".join(str(rng.choice(list("-=+*.:|/\\<>o0x"))) for _ in range(int(rng.integers(1, 4))))
+            line = unit * int(rng.integers(2, width // len(unit) + 1))
+        previous.append(line[:width].rstrip() or line[:1])
+        return previous[-1]
+    return row
+
+
+def _formulas(rng, width):
+    """Made-up formulas: short names, digits, brackets of three kinds and the operators that look alike."""
+    def term() -> str:
+        name = _name(rng, 1, 2)
+        forms = (lambda: str(rng.integers(0, 100)), lambda: f"{name}^{rng.integers(2, 4)}",
+                 lambda: f"{rng.choice(['sqrt', 'log', 'f', 'g', 'sin'])}({name})",
+                 lambda: f"{{{name}}}" if rng.integers(0, 2) else f"[{name}]",
+                 lambda: f"{rng.integers(1, 10)}{name}", lambda: name)
+        return forms[int(rng.integers(0, len(forms)))]()
+    def row() -> str:
+        operators = ["+", "-", "*", "/", "x", "&", "<", "<=", "=", "!=", "~", "+/-", "|"]
+        parts = [term()]
+        for _ in range(int(rng.integers(1, 5))):
+            parts += [str(rng.choice(operators)), term()]
+        line = " ".join(parts)
+        return f"({line})" if rng.integers(0, 4) == 0 else line
+    return lambda: _fitting(row, width)
+
+
 # kind -> rows of a page of that kind, `PAGE_WIDTH` characters wide
 _KINDS = {"prose": _prose, "numbers": _numbers, "receipt": _receipt, "table": _table, "form": _form,
           "letter": _letter, "two-columns": _two_columns, "random": _random_ascii, "code": _code,
-          "bordered-table": _bordered_table, "symbols": _symbols, "mixed-case": _mixed_case}
+          "bordered-table": _bordered_table, "symbols": _symbols, "mixed-case": _mixed_case,
+          "look-alikes": _look_alikes, "digit-grid": _digit_grid, "repeats": _repeats, "formulas": _formulas}
 PAGE_KINDS = ("prose", "numbers", "receipt", "table", "form", "letter", "two-columns")  # documents
 UNPREDICTABLE_KINDS = ("random", "code", "bordered-table", "symbols", "mixed-case")  # nothing a prior can guess
 # What a reader trains on: as many unpredictable pages as document pages, so that it reads rather than recites.
 TRAINING_KINDS = tuple(kind for pair in zip(PAGE_KINDS, (*UNPREDICTABLE_KINDS, "random", "code")) for kind in pair)
+# Where a reader trained on those still fails: look-alike glyphs and rows that repeat (`LOOK_ALIKE_CLASSES`).
+HARD_KINDS = ("look-alikes", "digit-grid", "repeats", "formulas")
+# What a reader refines on after `TRAINING_KINDS`, and what its draft distils on: every other page a hard one.
+REFINING_KINDS = tuple(kind for index, trained in enumerate(TRAINING_KINDS)
+                       for kind in (HARD_KINDS[index % len(HARD_KINDS)], trained))
 
 
 def line_split(line: str) -> str:

@@ -30,11 +30,13 @@ from PIL import Image, ImageDraw, ImageFont
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.evaluation.acceptance import confidence_auc, scored_positions
 from utils.evaluation.character_error_rate import character_error_rate, row_slip
+from utils.evaluation.hard_pages import (DIGIT_GRID_PAGES, LOOK_ALIKE_PAGES_PER_SIZE, digit_grid_pages, glyph_confusion,
+                                         look_alike_pages)
 from utils.evaluation.reading_pages import TRAINING_KINDS, ReadingPage, reading_pages
 from utils.evaluation.typewriter import page_text, render_typewriter_page
 from utils.evaluation.written_pages import written_pages
 
-__all__ = ["READING_PAGES", "WALKS", "measure_reading", "reading_report_summary", "reading_rows", "unseen_font_page",
+__all__ = ["READING_PAGES", "WALKS", "measure_reading", "read_hard_pages", "hard_pages_summary", "reading_report_summary", "reading_rows", "unseen_font_page",
            "another_shape_page"]
 
 READING_PAGES = 40  # held-out generated pages read per setting
@@ -72,6 +74,8 @@ def _read(pipeline, pages: Sequence[ReadingPage], **options) -> dict:
     figures = {"cer": round(character_error_rate(zip(texts, (page.text for page in pages), strict=True)), 4),
                "distinct_answers": len(set(texts)),
                "row_slips": sum(row_slip(text, page.text) for text, page in zip(texts, pages, strict=True)),
+               "reached_budget": sum(result.tokens[-1:] != [] and result.tokens[-1] not in pipeline.eos_token_ids
+                                     for result in results),
                "texts": texts}
     if results[0].drafted:
         steps = [step for result in results for step in result.metrics.steps]
@@ -79,6 +83,35 @@ def _read(pipeline, pages: Sequence[ReadingPage], **options) -> dict:
         figures |= {"tokens_per_step": round(mean_tokens_per_step(steps), 4),
                     "confidence_auc": None if math.isnan(auc) else round(auc, 4)}
     return figures
+
+
+def read_hard_pages(pipeline, *, per_size: int = LOOK_ALIKE_PAGES_PER_SIZE, grids: int = DIGIT_GRID_PAGES) -> dict:
+    """Reads the held-out look-alike pages (every glyph size) and digit grids (`utils.evaluation.hard_pages`) at the
+    CLI's defaults: per kind the CER, tokens per step, row slips and readings that reached the budget, and for the
+    look-alikes the accuracy of every look-alike class and the most frequent confusions."""
+    look, grid = look_alike_pages(per_size), digit_grid_pages(grids)
+    look_figures = _read(pipeline, look, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
+    confusion = glyph_confusion(zip(look_figures.pop("texts"), (page.text for page in look), strict=True))
+    worst, accuracy = confusion.worst_class()
+    grid_figures = _read(pipeline, grid, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
+    grid_figures.pop("texts")
+    return {"look_alikes": look_figures | {
+                "pages": len(look), "characters": confusion.characters(),
+                "accuracy_by_class": {glyphs: round(value, 4) for glyphs, value in confusion.by_class().items()},
+                "worst_class": worst, "worst_class_accuracy": round(accuracy, 4),
+                "confusions": [list(item) for item in confusion.mistakes()[:12]]},
+            "digit_grids": grid_figures | {"pages": len(grid)}}
+
+
+def hard_pages_summary(figures: dict) -> str:
+    """`read_hard_pages`' figures in a few lines."""
+    look, grid = figures["look_alikes"], figures["digit_grids"]
+    confusions = ", ".join(f"{page!r}->{read!r} x{times}" for page, read, times in look["confusions"][:6]) or "none"
+    return (f"    look-alike glyphs ({look['pages']} pages, {look['characters']} look-alike characters): worst class "
+            f"{look['worst_class']!r} read right {look['worst_class_accuracy']:.1%}, CER {look['cer']:.1%}, "
+            f"{look['tokens_per_step']:.2f} tokens per step; confusions: {confusions}\n"
+            f"    digit grids ({grid['pages']} pages): CER {grid['cer']:.1%}, {grid['tokens_per_step']:.2f} tokens per "
+            f"step, {grid['reached_budget']} reached the budget, {grid['row_slips']} repeat or skip a row")
 
 
 def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str = "CPU") -> dict:
@@ -120,6 +153,7 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
             "random": _read(default, random_pages, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD),
             "written": _read(default, written, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD),
             "sparse": _read(default, sparse_pages, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)}
+        hard = read_hard_pages(default) if pages >= READING_PAGES else read_hard_pages(default, per_size=1, grids=others)
         shape_page = another_shape_page()
         shape = default.generate(shape_page.image, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
         precision = default.inference_precision
@@ -147,6 +181,7 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
         | {"readings": dict(zip((page.name for page in written), unpredictable["written"]["texts"], strict=True)),
            "cer_by_page": {page.name: round(character_error_rate([(text, page.text)]), 4)
                            for page, text in zip(written, unpredictable["written"]["texts"], strict=True)}},
+        "hard_pages": hard,
         "another_shape": {"image_size": list(shape_page.image.size), "notice": shape.notice,
                           "tokens": shape.metrics.num_generated_tokens, "reading": shape.texts[0],
                           "cer": round(character_error_rate([(shape.texts[0], shape_page.text)]), 4)},
@@ -182,6 +217,7 @@ def reading_report_summary(figures: dict) -> str:
     for what, part, count in _page_kinds(figures)[1:]:
         lines.append(f"    {what}: CER {part['cer']:.1%}, {part['tokens_per_step']:.2f} tokens per step, "
                      f"{part['row_slips']} of {count} pages repeating or skipping a row")
+    lines.append(hard_pages_summary(figures["hard_pages"]))
     shape = figures["another_shape"]
     lines.append(f"    an image of another shape ({shape['image_size'][0]} x {shape['image_size'][1]} px): "
                  f"{shape['tokens']} tokens, notice: {'yes' if shape['notice'] else 'NO'}")
