@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the pair's folder (rebuilt)")
     parser.add_argument("--steps", metavar="N", type=int_at_least(1), default=defaults.steps,
                         help="reading training steps")
+    parser.add_argument("--refine-steps", metavar="N", type=int_at_least(0), default=0,
+                        help="refining steps on look-alike glyphs and repeating rows after them (default 0: the "
+                             "first phase alone, as the shipped pair)")
     parser.add_argument("--hidden-size", metavar="N", type=int_at_least(16),
                         help=f"the target's and draft's width (default: {TinyPairConfig(**READING_PAIR).hidden_size})")
     parser.add_argument("--partial-rotary-factor", metavar="X", type=float_between(0.0, 1.0),
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = {name: getattr(args, name) for name in ("hidden_size", "partial_rotary_factor")
              if getattr(args, name) is not None}
     try:
-        figures = run_reader_study(args.out, ReaderConfig(steps=args.steps), distill=distill,
+        figures = run_reader_study(args.out, ReaderConfig(steps=args.steps, refine_steps=args.refine_steps), distill=distill,
                                    acceptance_pages=args.pages, sizes=sizes)
     except ValueError as error:
         parser.error(str(error))

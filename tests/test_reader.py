@@ -197,12 +197,12 @@ def test_a_small_reader_learns_to_read_random_strings_from_their_pages(reading_p
 
 def test_read_option_trains_a_reader_and_records_it(tmp_path, capsys):
     out = tmp_path / "reader"
-    argv = ["--out", str(out), "--read", "--read-steps", "4", "--read-held-out-pages", "2"]
+    argv = ["--out", str(out), "--read", "--read-steps", "4", "--refine-steps", "2", "--read-held-out-pages", "2"]
     assert tiny_cli(argv) == 0
     printed = capsys.readouterr().out
     assert "(reading target)" in printed and "held-out CER" in printed and "learning curve" in printed
     stamp = json.loads((out / BUILD_STAMP).read_text())
-    assert stamp["read"] == ReaderConfig(steps=4, held_out_pages=2).options()
+    assert stamp["read"] == ReaderConfig(steps=4, refine_steps=2, held_out_pages=2).options()
     assert {name: stamp[name] for name in READING_PAIR} == READING_PAIR
     with pytest.raises(SystemExit):
         tiny_cli(["--out", str(tmp_path / "both"), "--read", "--pretrain"])
@@ -225,3 +225,94 @@ def test_a_reading_pair_distils_with_the_reading_options_unless_the_command_name
     assert built["distill"] == DistillConfig(**(READING_DISTILL | {"steps": 7}))
     assert tiny_cli(["--out", str(tmp_path), "--pretrain", "--distill", "--distill-pages", "3"]) == 2
     assert built["distill"] == DistillConfig(pages=3)
+
+
+def _safetensors(folder):
+    from safetensors.torch import load_file
+
+    return load_file(folder / "model.safetensors")
+
+
+def test_refining_a_saved_first_phase_gives_the_bits_of_a_whole_training(reading_pair, tmp_path):
+    """`--reader-from`: the shipped reader is refined from the earlier pair's reader; that must be the reader a whole
+    training makes on the same machine, or the recipe in the manifest would not be what shipped."""
+    import shutil
+
+    from utils.tiny.reader import FirstPhase, train_reader
+
+    options = {"steps": 2, "refine_steps": 2, "examples_per_step": 1, "checkpoints": 1, "held_out_pages": 1,
+               "warmup_steps": 1}
+    whole, first, refined = (tmp_path / name for name in ("whole", "first", "refined"))
+    for folder in (whole, first, refined):
+        shutil.copytree(reading_pair.target, folder)
+    whole_report = train_reader(whole, ReaderConfig(**options))
+    first_report = train_reader(first, ReaderConfig(**options | {"refine_steps": 0}))
+    refined_report = train_reader(refined, ReaderConfig(**options),
+                                  first_phase=FirstPhase(first, first_report.as_dict()))
+    whole_weights, first_weights, refined_weights = map(_safetensors, (whole, first, refined))
+    assert whole_weights.keys() == refined_weights.keys()
+    assert all(torch.equal(whole_weights[name], refined_weights[name]) for name in whole_weights)
+    assert not all(torch.equal(first_weights[name], refined_weights[name]) for name in first_weights)
+    assert refined_report.examples == whole_report.examples == 4
+    assert [examples for examples, _ in refined_report.curve] == [examples for examples, _ in whole_report.curve]
+    assert refined_report.curve[-1] == pytest.approx(whole_report.curve[-1])
+    assert {"look-alikes", "prose"} <= set(refined_report.held_out.cer_by_kind)
+
+
+def _first_phase_copy(tmp_path, change):
+    """A copy of the shipped pair whose manifest records the build stamp `change(stamp)` returns."""
+    import shutil
+
+    from utils.tiny import SHIPPED_PAIR_DIR
+
+    pair = tmp_path / "pair"
+    shutil.copytree(SHIPPED_PAIR_DIR, pair)
+    manifest = json.loads((pair / "manifest.json").read_text())
+    manifest["build"] = change(dict(manifest["build"]))
+    (pair / "manifest.json").write_text(json.dumps(manifest))
+    return pair
+
+
+def _first_phase_only(stamp):
+    return stamp | {"read": {key: value for key, value in stamp["read"].items() if not key.startswith("refine_")}}
+
+
+def test_a_first_phase_is_checked_against_the_recipe_before_it_is_refined(tmp_path):
+    from utils.tiny import TinyPairConfig, build_tiny_pair
+    from utils.tiny.pair import first_phase_reader, shipped_recipe
+
+    recipe = shipped_recipe()
+    config, read = recipe["config"], recipe["read"]
+    refined = _first_phase_copy(tmp_path / "a", lambda stamp: stamp | {"read": ReaderConfig(refine_steps=9).options()})
+    with pytest.raises(ValueError, match="refined already"):
+        first_phase_reader(refined, config, read)
+    pair = _first_phase_copy(tmp_path, _first_phase_only)
+    first = first_phase_reader(pair, config, read)
+    assert first.target == pair / "target" and first.report["curve"][0][0] == 0
+    with pytest.raises(ValueError, match="hidden_size"):
+        first_phase_reader(pair, TinyPairConfig(**(READING_PAIR | {"hidden_size": 96})), read)
+    with pytest.raises(ValueError, match="steps"):
+        first_phase_reader(pair, config, ReaderConfig(steps=5))
+    (pair / "target" / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="target/config.json differs"):
+        first_phase_reader(pair, config, read)
+    never_read = _first_phase_copy(tmp_path / "b", lambda stamp: {k: v for k, v in stamp.items() if k != "read"})
+    with pytest.raises(ValueError, match="never trained to read"):
+        first_phase_reader(never_read, config, read)
+    with pytest.raises(ValueError, match="reader_from needs read"):
+        build_tiny_pair(tmp_path / "out", config, reader_from=pair)
+    assert tiny_cli(["--out", str(tmp_path / "cli"), "--read", "--reader-from", str(tmp_path / "nothing")]) == 2
+    assert not (tmp_path / "cli").exists()
+
+
+def test_refine_options_are_checked():
+    with pytest.raises(ValueError, match="refine_steps"):
+        ReaderConfig(refine_steps=-1)
+    with pytest.raises(ValueError, match="refine_learning_rate"):
+        ReaderConfig(refine_learning_rate=0)
+    with pytest.raises(ValueError, match="refine_kinds"):
+        ReaderConfig(refine_kinds=())
+    assert "refine_steps" not in ReaderConfig().first_phase_options()
+    assert ReaderConfig().options() == ReaderConfig().first_phase_options()  # an unrefined reader's stamp as before
+    refined = ReaderConfig(refine_steps=9).options()
+    assert refined["refine_steps"] == 9 and ReaderConfig().first_phase_options().items() <= refined.items()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from utils.checkpoint.config import check_layer_ids
 from utils.evaluation.pages import SAMPLE_PROMPTS
-from utils.evaluation.reading_pages import TRAINING_KINDS
+from utils.evaluation.reading_pages import REFINING_KINDS, TRAINING_KINDS
 from utils.evaluation.typewriter import PAGE_CELLS
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 from utils.tiny.tokenizer import BYTE_VOCABULARY
@@ -185,12 +185,23 @@ class ReaderConfig:
     checkpoints: int = 6  # held-out CER measured this many times during training: the learning curve
     held_out_pages: int = 14
     seed: int = 0
+    # Then the reader may refine on pages where it still fails (look-alike glyphs, rows that repeat), every other
+    # page one of those (`REFINING_KINDS`), with a fresh optimiser, its own page stream and a lower peak learning
+    # rate. 0 steps: no refining, as the shipped pair (docs/tiny-pair.md measures a pair refined for 1,500 steps).
+    refine_steps: int = 0
+    refine_kinds: tuple[str, ...] = REFINING_KINDS
+    refine_learning_rate: float = 1e-3
 
     def __post_init__(self):
         _check_counts_and_prompts(self, ("steps", "examples_per_step", "checkpoints", "held_out_pages"))
         object.__setattr__(self, "kinds", tuple(self.kinds))
-        if not self.kinds:
-            raise ValueError("ReaderConfig: kinds must not be empty")
+        object.__setattr__(self, "refine_kinds", tuple(self.refine_kinds))
+        if not self.kinds or not self.refine_kinds:
+            raise ValueError("ReaderConfig: kinds and refine_kinds must not be empty")
+        if self.refine_steps < 0:
+            raise ValueError(f"ReaderConfig: refine_steps={self.refine_steps} must be >= 0")
+        if self.refine_learning_rate <= 0:
+            raise ValueError(f"ReaderConfig: refine_learning_rate={self.refine_learning_rate} must be > 0")
         if not 0 <= self.sparse_share <= 1:
             raise ValueError(f"ReaderConfig: sparse_share={self.sparse_share} must be in [0, 1]")
         if self.learning_rate <= 0:
@@ -202,8 +213,15 @@ class ReaderConfig:
                 raise ValueError(f"ReaderConfig: {name}={getattr(self, name)} must be >= 0")
 
     def options(self) -> dict:
-        """Every option, JSON-ready (recorded in the pair's build stamp)."""
-        return _json_ready(self)
+        """Every option, JSON-ready (recorded in the pair's build stamp); a reader that is not refined records the
+        first phase's alone, as readers did before refining existed."""
+        options = _json_ready(self)
+        return options if self.refine_steps else self.first_phase_options()
+
+    def first_phase_options(self) -> dict:
+        """The options of the first phase alone: what a reader built without refining records
+        (`utils.tiny.reader.train_reader` may start from such a reader instead of training it again)."""
+        return {key: value for key, value in _json_ready(self).items() if not key.startswith("refine_")}
 
 
 PAGE_STYLES = ("corpus", "typewriter")  # the pages a draft distils on (`utils.tiny.distill_data.training_pages`)

@@ -14,10 +14,10 @@ from utils.tiny.config import (BUILD_STAMP, READING_DISTILL, READING_PAIR, Disti
                                TinyPairConfig)
 
 if TYPE_CHECKING:  # the reader imports torch; the builder imports it only when it trains
-    from utils.tiny.reader import ReaderReport
+    from utils.tiny.reader import FirstPhase, ReaderReport
 
 __all__ = ["TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig", "TinyPair", "build_tiny_pair",
-           "build_stamp", "shipped_recipe", "default_pair", "BUILD_STAMP", "SHIPPED_PAIR_DIR"]
+           "build_stamp", "first_phase_reader", "shipped_recipe", "default_pair", "BUILD_STAMP", "SHIPPED_PAIR_DIR"]
 
 SHIPPED_PAIR_DIR = Path(__file__).resolve().parent / "default"  # the default pair, shipped in the repository
 
@@ -67,9 +67,34 @@ class TinyPair:
         return self.root / "draft"
 
 
+def first_phase_reader(pair: Path | str, config: TinyPairConfig, read: ReaderConfig) -> FirstPhase:
+    """The reader of the shipped-style pair in `pair` as the first phase of `read` (`train_reader` then only
+    refines it), after checking that it is one: its files match its manifest, and its build stamp records the sizes
+    of `config` and the first phase of `read` (`ReaderConfig.first_phase_options`). Else a ValueError names what
+    differs."""
+    from utils.tiny.manifest import verify_pair_files
+    from utils.tiny.reader import FirstPhase
+
+    pair = Path(pair)
+    manifest = verify_pair_files(pair)
+    built, wanted = manifest["build"], build_stamp(config)
+    sizes = [key for key in wanted if key != "builder_version" and built.get(key) != wanted[key]]
+    if sizes:
+        raise ValueError(f"{pair}: its target was built with other sizes ({', '.join(sizes)}); it cannot be the first "
+                         f"phase of this reader")
+    if "read" not in built:
+        raise ValueError(f"{pair}: its target was never trained to read")
+    recorded = {key: value for key, value in built["read"].items() if not key.startswith("refine_")}
+    options = [key for key in read.first_phase_options() if recorded.get(key) != read.first_phase_options()[key]]
+    if options or built["read"].get("refine_steps"):
+        raise ValueError(f"{pair}: its reader was trained otherwise than this reader's first phase "
+                         f"({', '.join(options) or 'it was refined already'})")
+    return FirstPhase(pair / "target", manifest["training"]["reading"])
+
+
 def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pretrain: PretrainConfig | None = None,
                     read: ReaderConfig | None = None, distill: DistillConfig | None = None,
-                    overwrite: bool = False) -> TinyPair:
+                    reader_from: Path | str | None = None, overwrite: bool = False) -> TinyPair:
     """Builds the tiny MiniCPM-OCR target and its tiny DSpark draft into `out/target` and `out/draft`, offline.
 
     Deterministic for a config (same seed, same files, same hashes). An existing pair built with the same
@@ -85,6 +110,8 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
             build then returns the training's report (`TinyPair.reading`).
         distill: train the draft on the target's greedy answers (`utils.tiny.distill`), after the target's
             training; None keeps it random.
+        reader_from: a shipped-style pair whose reader is the first phase of `read` (`first_phase_reader`): only
+            the refining runs, and gives the bits a whole training gives on the machine that trained that reader.
         overwrite: rebuild even if `out` holds a pair.
     """
     from utils.tiny.draft import build_tiny_draft
@@ -93,7 +120,10 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
 
     if pretrain is not None and read is not None:
         raise ValueError("build_tiny_pair: choose one training of the target, pretrain (write) or read")
+    if reader_from is not None and read is None:
+        raise ValueError("build_tiny_pair: reader_from needs read (the reader it refines)")
     config = config or TinyPairConfig()
+    first_phase = first_phase_reader(reader_from, config, read) if reader_from is not None else None
     out = Path(out)
     stamp, expected = out / BUILD_STAMP, build_stamp(config, pretrain=pretrain, read=read, distill=distill)
     if stamp.exists() and not overwrite:
@@ -121,7 +151,7 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
         if read is not None:
             from utils.tiny.reader import mark_typewriter_reader, train_reader
 
-            reading = train_reader(staging / "target", read)
+            reading = train_reader(staging / "target", read, first_phase=first_phase)
             mark_typewriter_reader(staging / "target")
         build_tiny_draft(config, tokenizer, staging / "draft")
         if distill is not None:

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from utils.evaluation.character_error_rate import character_error_rate
-from utils.evaluation.reading_pages import ReadingPage, iter_reading_pages, reading_pages
+from utils.evaluation.reading_pages import HARD_KINDS, ReadingPage, iter_reading_pages, reading_pages
 from utils.contract.target import TARGET_CONFIG, TYPEWRITER_PAGE
 from utils.evaluation.typewriter import CELL, PAGE_ROWS, PAGE_WIDTH, Ink
 from utils.tiny.config import ReaderConfig
@@ -46,7 +46,7 @@ from utils.tiny.pretrain import zero_padding_rows
 from utils.tiny.target import quiet_progress_bars
 from utils.tiny.training import quiet_single_thread, train_steps
 
-__all__ = ["ReadingScore", "ReaderReport", "READING_SLACK", "read_pages", "score_readings", "reading_losses",
+__all__ = ["ReadingScore", "ReaderReport", "FirstPhase", "READING_SLACK", "read_pages", "score_readings", "reading_losses",
            "add_precision_noise", "train_reader", "mark_typewriter_reader", "reading_summary"]
 
 READING_SLACK = 8  # a reading may run this many tokens past the page's text before it is cut
@@ -153,73 +153,127 @@ def add_precision_noise(model: torch.nn.Module, sigma: float) -> list:
             if isinstance(module, torch.nn.Linear)] if sigma else []
 
 
-def _checkpoint_steps(config: ReaderConfig) -> set[int]:
+@dataclass(frozen=True)
+class FirstPhase:
+    """A reader already trained with a config's first phase (`ReaderConfig.first_phase_options`): `train_reader`
+    starts its refining from these weights instead of training them again (`utils.tiny.pair.first_phase_reader`
+    checks that they were made so)."""
+
+    target: Path  # the target folder holding the first phase's weights
+    report: dict  # what that training measured (`ReaderReport.as_dict`, from its pair's manifest)
+
+
+def _checkpoint_steps(steps: int, checkpoints: int) -> set[int]:
     """The steps before which the curve is measured: evenly spaced, the first before any training."""
-    return {config.steps * index // config.checkpoints for index in range(config.checkpoints)}
+    return {steps * index // checkpoints for index in range(checkpoints)}
 
 
-def train_reader(target_dir: Path | str, config: ReaderConfig | None = None) -> ReaderReport:
+def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
+                 first_phase: FirstPhase | None = None) -> ReaderReport:
     """Trains every weight of the target in `target_dir` to read typewriter pages, and saves it in place.
+
+    Two phases, each with its own optimiser and page stream: `config.steps` on `config.kinds`, then
+    `config.refine_steps` on `config.refine_kinds` (look-alike glyphs and repeating rows between the first
+    phase's kinds), where the first phase's reader still failed. The glyph head starts afresh in each phase, so a
+    refining that starts from a saved first phase (`first_phase`) gives the bits of one that follows it in memory.
 
     Args:
         target_dir: the tiny target folder (transformers); the weights file is rewritten, the configs, processor
             and tokenizer are kept.
         config: data, training and measuring options; defaults to `ReaderConfig()`.
+        first_phase: start from a reader trained with this config's first phase instead of training it again; its
+            learning curve and time open the report's.
 
     Returns:
-        A `ReaderReport`; its held-out score is measured on `config.held_out_pages` pages after training.
+        A `ReaderReport`; its held-out score is measured on `config.held_out_pages` pages of `PAGE_KINDS` after
+        training, and by kind on as many pages of `HARD_KINDS`.
     """
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     config = config or ReaderConfig()
     target_dir = Path(target_dir)
-    count = config.steps * config.examples_per_step
     held_out = reading_pages(config.held_out_pages, seed=config.seed, split="held-out")
+    phases = [] if first_phase else [(config.steps, config.kinds, config.learning_rate, config.checkpoints)]
+    if config.refine_steps:
+        phases.append((config.refine_steps, config.refine_kinds, config.refine_learning_rate, _REFINE_CHECKPOINTS))
     with quiet_single_thread():
         torch.manual_seed(config.seed)
-        model = AutoModelForImageTextToText.from_pretrained(target_dir, attn_implementation="eager")
+        model = AutoModelForImageTextToText.from_pretrained(first_phase.target if first_phase else target_dir,
+                                                            attn_implementation="eager")
         noise = add_precision_noise(model, config.precision_noise)
         processor = AutoProcessor.from_pretrained(target_dir)
-        glyph_head = torch.nn.Linear(model.config.text_config.hidden_size, model.config.text_config.vocab_size)
-        pages = iter_reading_pages(seed=config.seed, kinds=config.kinds, ink=Ink.random,
-                                   sparse_share=config.sparse_share)
-        prompts = np.random.default_rng(config.seed).integers(0, len(config.prompts), size=count)
-        checkpoints, curve, measuring = _checkpoint_steps(config), [], [0.0]
+        measuring = [0.0]
 
-        def held_out_score() -> ReadingScore:
+        def held_out_score(pages: Sequence[ReadingPage] = held_out) -> ReadingScore:
             start = time.perf_counter()
             model.eval()
-            score = score_readings(held_out, read_pages(model, processor, held_out, prompt=config.prompts[0]))
+            score = score_readings(pages, read_pages(model, processor, pages, prompt=config.prompts[0]))
             model.train()
             measuring[0] += time.perf_counter() - start
             return score
 
-        def step_loss(step: int):
-            if step in checkpoints:
-                curve.append((step * config.examples_per_step, held_out_score().cer))
-            chosen = range(step * config.examples_per_step, (step + 1) * config.examples_per_step)
-            parts = torch.stack([torch.stack(reading_losses(model, glyph_head, processor, page, config.prompts[prompts[i]]))
-                                 for i, page in zip(chosen, itertools.islice(pages, config.examples_per_step))]).mean(0)
-            answer, glyph, alignment = parts
-            loss = answer + config.glyph_weight * glyph + config.alignment_weight * alignment
-            return loss, {"answer": answer.item(), "glyph": glyph.item(), "align": alignment.item(),
-                          "CER": curve[-1][1]}
-
-        model.train()
-        start = time.perf_counter()
-        losses = train_steps([*model.parameters(), *glyph_head.parameters()], step_loss, steps=config.steps,
-                             learning_rate=config.learning_rate, warmup_steps=config.warmup_steps,
-                             desc="training the tiny target to read")
-        train_seconds = time.perf_counter() - start - measuring[0]
+        examples = first_phase.report["examples"] if first_phase else 0
+        train_seconds = first_phase.report["train_seconds"] if first_phase else 0.0
+        # the first phase's last point is the refining's first, measured again below
+        curve = [tuple(point) for point in first_phase.report["curve"][:-1]] if first_phase else []
+        losses = [first_phase.report["first_loss"]] if first_phase else []
+        for index, (steps, kinds, learning_rate, checkpoints) in enumerate(phases):
+            refining = index > 0 or first_phase is not None
+            if refining:
+                torch.manual_seed(config.seed + _REFINE_SEED)
+            start, measured = time.perf_counter(), measuring[0]
+            losses += _train_phase(model, processor, config, kinds=kinds, steps=steps, learning_rate=learning_rate,
+                                   seed=config.seed + (_REFINE_SEED if refining else 0), refining=refining,
+                                   checkpoints=_checkpoint_steps(steps, checkpoints), curve=curve, examples=examples,
+                                   held_out_score=held_out_score)
+            zero_padding_rows(model, tokenizer_size=len(processor.tokenizer))  # as a saved first phase has them
+            examples += steps * config.examples_per_step
+            train_seconds += time.perf_counter() - start - (measuring[0] - measured)
         for handle in noise:
             handle.remove()
-        zero_padding_rows(model, tokenizer_size=len(processor.tokenizer))
         score = held_out_score()
-        curve.append((count, score.cer))
+        curve.append((examples, score.cer))
+        hard = held_out_score(reading_pages(config.held_out_pages, seed=config.seed, split="held-out", kinds=HARD_KINDS))
         model.eval()
         with quiet_progress_bars():
             model.save_pretrained(target_dir)
-    return ReaderReport(count, train_seconds, losses[0], losses[-1], tuple(curve), score)
+    held_out_score_by_kind = ReadingScore(score.cer, score.cer_by_kind | hard.cer_by_kind, score.readings)
+    return ReaderReport(examples, train_seconds, losses[0], losses[-1], tuple(curve), held_out_score_by_kind)
+
+
+_REFINE_CHECKPOINTS = 2  # the curve's points during refining: its start and its middle (then the end)
+_REFINE_SEED = 100  # added to the seed for the refining's pages, prompts and glyph head: a stream of its own
+
+
+def _train_phase(model, processor, config: ReaderConfig, *, kinds: tuple[str, ...], steps: int, learning_rate: float,
+                 seed: int, refining: bool, checkpoints: set[int], curve: list, examples: int, held_out_score
+                 ) -> list[float]:
+    """One phase of `train_reader`: `steps` steps of `config.examples_per_step` pages of `kinds`, a glyph head of
+    its own, the curve measured before each step of `checkpoints`. Returns every step's loss.
+
+    A refining phase's glyph head starts at zero: a random head on a trained reader's features would send
+    gradients of a loss of about 15 into them; a zero head sends none until it has learnt something."""
+    glyph_head = torch.nn.Linear(model.config.text_config.hidden_size, model.config.text_config.vocab_size)
+    if refining:
+        torch.nn.init.zeros_(glyph_head.weight)
+        torch.nn.init.zeros_(glyph_head.bias)
+    pages = iter_reading_pages(seed=seed, kinds=kinds, ink=Ink.random, sparse_share=config.sparse_share)
+    prompts = np.random.default_rng(seed).integers(0, len(config.prompts), size=steps * config.examples_per_step)
+
+    def step_loss(step: int):
+        if step in checkpoints:
+            curve.append((examples + step * config.examples_per_step, held_out_score().cer))
+        chosen = range(step * config.examples_per_step, (step + 1) * config.examples_per_step)
+        parts = torch.stack([torch.stack(reading_losses(model, glyph_head, processor, page, config.prompts[prompts[i]]))
+                             for i, page in zip(chosen, itertools.islice(pages, config.examples_per_step))]).mean(0)
+        answer, glyph, alignment = parts
+        loss = answer + config.glyph_weight * glyph + config.alignment_weight * alignment
+        return loss, {"answer": answer.item(), "glyph": glyph.item(), "align": alignment.item(), "CER": curve[-1][1]}
+
+    model.train()
+    return train_steps([*model.parameters(), *glyph_head.parameters()], step_loss, steps=steps,
+                       learning_rate=learning_rate, warmup_steps=config.warmup_steps,
+                       desc=f"training the tiny target to read ({', '.join(dict.fromkeys(kinds))[:40]}...)")
 
 
 def mark_typewriter_reader(target_dir: Path | str) -> None:
