@@ -52,10 +52,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="training steps of --read")
     parser.add_argument("--refine-steps", metavar="N", type=int_at_least(0), default=ReaderConfig().refine_steps,
                         help="refining steps of --read on look-alike glyphs and repeating rows, after --read-steps")
-    parser.add_argument("--reader-from", metavar="PAIR",
-                        help="with --read: start from the reader of this pair, trained as the first phase of --read "
-                             "(checked), and only refine it: the same bits as a whole training on the CPU that "
-                             "trained PAIR, in 47 minutes less")
+    parser.add_argument("--reader-from", metavar="DIR",
+                        help="with --read: start from the reader of the pair in DIR, trained as the first phase of "
+                             "--read (checked), and only refine it: the same bits as a whole training on the CPU "
+                             "that trained it, in 47 minutes less")
     parser.add_argument("--read-held-out-pages", metavar="N", type=count, default=ReaderConfig().held_out_pages,
                         help="held-out pages each point of the reading's learning curve reads")
     parser.add_argument("--distill", action="store_true",
