@@ -2,7 +2,7 @@
 
 The physics bound of a speculative step is what the inferences alone allow: tau tokens per step cost
 t_verify + t_draft + t_markov instead of tau decode steps of t1 each, so speedup <= tau x t1 / (t_verify +
-t_draft + t_markov) (DESIGN sec. 5). Engine efficiency = measured speedup / that bound: what the loop, the
+t_draft + t_markov). Engine efficiency = measured speedup / that bound: what the loop, the
 session's state handling and the host work keep of it. To separate the engine from the draft's quality,
 acceptance is forced:
 

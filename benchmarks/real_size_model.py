@@ -28,7 +28,7 @@ __all__ = ["VERIFY_LENGTH", "HIDDEN_LAYER_IDS", "DRAFT_VOCAB_SIZE", "EMBEDDINGS_
            "write_random_draft", "real_size_vision_config", "real_size_image_processor", "random_target_config",
            "write_random_target"]
 
-VERIFY_LENGTH = 16  # a DSpark block of 15 drafts + the anchor (DESIGN sec. 2)
+VERIFY_LENGTH = 16  # a block of the published draft: 15 drafts + the anchor
 HIDDEN_LAYER_IDS = [3, 7, 11, 15, 19]
 DRAFT_VOCAB_SIZE = 114_688
 EMBEDDINGS_FILE = "embed_tokens.npy"  # the exported text model's input embeddings: the benchmarks embed by reading rows

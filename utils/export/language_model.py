@@ -41,7 +41,7 @@ Rollback to the first n tokens of a block, without re-running them:
     Recurrent state: the gated delta rule is linear in the state, so from the state S_0 before the block,
     S_n = exp(G_n) S_0 + sum_{t<=n} exp(G_n - G_t) k_t delta_t^T
     (numpy, the runtime's `rebuild_recurrent_state`). This costs a few small outputs per
-    layer instead of S full states (DESIGN sec. 5: ~300 MB per verify step at real size).
+    layer instead of S full states (about 300 MB per verify step at real size).
 
 rt_info `hidden_states_decoder_layers` (the key optimum-intel writes for DFlash/Eagle-3 targets):
     JSON {"layers": {"<layer id>": {"producer": <node friendly name>, "output_index": <int>}}} for every

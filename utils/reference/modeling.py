@@ -1,6 +1,6 @@
 """The DSpark draft in PyTorch: the plain reference that the OpenVINO export and runtime are tested against.
 
-Follows DeepSpec's `Qwen3DSparkModel` (DESIGN.md section 2). A block is `[anchor, mask, ..., mask]` embedded
+Follows DeepSpec's `Qwen3DSparkModel` (`deepspec/modeling/dspark`). A block is `[anchor, mask, ..., mask]` embedded
 with the *target's* embedding table. Each layer takes queries from the block only and keys/values from the
 projected context followed by the block, with RoPE over absolute positions and no causal mask. The context
 keys/values are cached per layer and grow with the text; the block's are dropped after each step.
