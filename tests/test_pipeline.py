@@ -51,11 +51,12 @@ DSPARK_CASES = [(page, page % 2, k) for page, k in zip(range(10), [8, 3, 7, 1, 8
 
 
 @pytest.mark.parametrize("page, prompt, num_assistant_tokens", DSPARK_CASES)
-@pytest.mark.parametrize("markov_head_top_k", [None, 0])
-def test_dspark_output_equals_target_only(pipelines, answer, page, prompt, num_assistant_tokens, markov_head_top_k):
+def test_dspark_output_equals_target_only(pipelines, answer, page, prompt, num_assistant_tokens):
+    """A random draft: every block length, both prompts, the default Top-K scorer (the dense walk proposed the same
+    drafts on every case); the trained draft meets the invariant in tests/test_lossless_trained_draft.py."""
     _, speculative = pipelines
     result = speculative.generate(PAGES[page].image, PROMPTS[prompt], max_new_tokens=40,
-                                  num_assistant_tokens=num_assistant_tokens, markov_head_top_k=markov_head_top_k)
+                                  num_assistant_tokens=num_assistant_tokens)
     assert tuple(result.tokens) == answer(page, prompt, 40)
     _check_metrics(result, num_assistant_tokens=num_assistant_tokens)
 
@@ -319,6 +320,7 @@ def _typewriter_reader(tiny_ir, tmp_path):
     return folder
 
 
+@pytest.mark.slow
 def test_a_typewriter_reader_stops_at_its_page_and_names_an_image_of_another_shape(tiny_ir, tmp_path, capsys):
     """Its answer is one token per image token, so a reading stops TYPEWRITER_SLACK tokens past the page's image
     tokens; an image of another size gets one line saying what the tiny pair reads and how to read the rest (in the

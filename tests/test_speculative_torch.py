@@ -66,12 +66,13 @@ DSPARK_CASES = [(page, prompt, k) for page, prompt, k in
 
 
 @pytest.mark.parametrize("page, prompt, num_assistant_tokens", DSPARK_CASES)
-@pytest.mark.parametrize("markov_head_top_k", [64, 0])
-def test_dspark_draft_output_equals_target_greedy(models, case, page, prompt, num_assistant_tokens,
-                                                  markov_head_top_k):
+def test_dspark_draft_output_equals_target_greedy(models, case, page, prompt, num_assistant_tokens):
+    """A random draft, rejected nearly always: every block length, both prompts. The dense walk only (the Top-64
+    scorer proposed the same drafts on every case); the trained draft, which the target accepts, meets the
+    invariant in tests/test_lossless_trained_draft.py."""
     target, _, draft, runner = models
     inputs, reference = case
-    drafter = DSparkDrafter(draft, target.get_input_embeddings(), markov_head_top_k=markov_head_top_k)
+    drafter = DSparkDrafter(draft, target.get_input_embeddings(), markov_head_top_k=0)
     result = speculative_generate(runner, drafter, inputs(page, prompt), max_new_tokens=40,
                                   num_assistant_tokens=num_assistant_tokens, eos_token_ids=_eos(target))
     assert tuple(result.tokens) == reference(page, prompt, 40)
