@@ -69,8 +69,11 @@ def test_a_replayed_threshold_verifies_the_confident_prefix_and_loses_the_accept
 
 
 def test_confidence_auc_and_reliability():
+    scores, accepted = [0.9, 0.8, 0.8, 0.1, 0.5], [True, True, False, False, True]
+    pairs = [(p > n) + 0.5 * (p == n) for p, a in zip(scores, accepted) if a
+             for n, b in zip(scores, accepted) if not b]  # every (accepted, rejected) pair, a tie counting half
+    assert confidence_auc(scores, accepted) == pytest.approx(sum(pairs) / len(pairs)) == 0.75
     assert confidence_auc([0.9, 0.8, 0.1], [True, True, False]) == 1.0
-    assert confidence_auc([0.5, 0.5], [True, False]) == 0.5
     assert math.isnan(confidence_auc([0.5], [True]))
     bins = reliability_bins([0.05, 0.15, 0.95, 0.99], [False, True, True, True], bins=10)
     assert [b["count"] for b in bins] == [1, 1, 0, 0, 0, 0, 0, 0, 0, 2]

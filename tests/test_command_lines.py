@@ -9,7 +9,6 @@ import importlib
 import os
 import subprocess
 import sys
-import time
 from unittest import mock
 
 import pytest
@@ -56,12 +55,10 @@ def _run_module(*argv: str) -> subprocess.CompletedProcess:
      "argument --confidence-threshold: 7 is out of range: it must be between 0 and 1"),
 ])
 def test_ocr_rejects_the_newcomers_bad_inputs_in_one_line_before_exporting(empty_models, page, arguments, message):
-    started = time.monotonic()
     completed = _run_module("utils.ocr", *[argument.format(page=page) for argument in arguments])
     assert completed.returncode == 2, completed.stderr
     assert completed.stderr.splitlines() == [completed.stderr.strip()], completed.stderr  # one line
-    assert message in completed.stderr and completed.stdout == ""
-    assert time.monotonic() - started < 60  # parsing and imports only: an export takes longer
+    assert message in completed.stderr and completed.stdout == ""  # and `empty_models` stays empty: no export
 
 
 def _exit(main, argv: list[str], capsys) -> tuple[int, str]:

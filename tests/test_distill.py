@@ -13,7 +13,6 @@ import torch
 from safetensors.numpy import load_file
 
 from utils.checkpoint.draft import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, load_draft_checkpoint
-from utils.engine.verification import StepRecord
 from utils.evaluation.pages import printed_sample_pages
 from utils.evaluation.reading_pages import TRAINING_KINDS, iter_reading_pages
 from utils.evaluation.typewriter import Ink
@@ -21,7 +20,7 @@ from utils.files import sha256_file
 from utils.reference.modeling import DraftContextCache, load_reference_draft
 from utils.tiny import BUILD_STAMP, DistillConfig, TinyPairConfig, build_tiny_pair, default_pair
 from utils.tiny.__main__ import main as tiny_cli
-from utils.tiny.acceptance import confidence_auc, measure_acceptance, scored_positions
+from utils.tiny.acceptance import measure_acceptance
 from utils.tiny.anchor_batch import anchor_batch
 from utils.tiny.anchor_forward import forward_anchor_blocks
 from utils.tiny.config import READING_DISTILL
@@ -94,21 +93,7 @@ def test_frequent_vocabulary_keeps_draft_ids_of_kept_tokens_and_holds_eos():
     assert chosen.tolist() == [6, 3, 7, 8]  # freed ids take the newcomers in rank order
 
 
-def test_confidence_auc_counts_pairs_and_ties():
-    scores, accepted = [0.9, 0.8, 0.8, 0.1, 0.5], [True, True, False, False, True]
-    pairs = [(p > n) + 0.5 * (p == n) for p, a in zip(scores, accepted) if a
-             for n, b in zip(scores, accepted) if not b]
-    assert confidence_auc(scores, accepted) == pytest.approx(sum(pairs) / len(pairs))
-    assert np.isnan(confidence_auc([0.3], [True]))
-
-
-def test_scored_positions_stop_at_the_first_rejection():
-    steps = [StepRecord(drafted=(), emitted=(4,)),
-             StepRecord(drafted=(5, 6, 7), emitted=(5, 9), confidences=(0.9, 0.4, 0.8)),
-             StepRecord(drafted=(1, 2), emitted=(1, 2, 3), confidences=(0.7, 0.6))]
-    assert scored_positions(steps) == ([0.9, 0.4, 0.7, 0.6], [True, False, True, True])
-
-
+@pytest.mark.slow
 def test_distilled_draft_keeps_the_published_layout(distilled):
     _, draft = distilled
     random = draft.with_name("random")  # the draft as built, before the distillation
@@ -127,6 +112,7 @@ def test_distilled_draft_keeps_the_published_layout(distilled):
     assert not np.array_equal(tensors["lm_head.weight"], random_tensors["lm_head.weight"])
 
 
+@pytest.mark.slow
 def test_distilled_draft_lands_in_an_honest_band_on_held_out_pages(distilled):
     """Training is not bit-reproducible across CPUs, so this asserts a band, not bits.
 
