@@ -21,6 +21,7 @@ def pipeline(tiny_ir):
     return SpeculativeOcrPipeline(*tiny_ir, device="CPU", precision="f32", draft_precision="f32")
 
 
+@pytest.mark.slow
 def test_the_top_1_scorer_is_each_positions_own_best_token(tiny_ir):
     draft_folder = tiny_ir[1]
     draft = DraftModel(draft_folder, properties=F32_PROPERTIES)
@@ -38,6 +39,7 @@ def test_the_top_1_scorer_is_each_positions_own_best_token(tiny_ir):
     assert walked.tolist() != tokens.tolist()  # the check can fail: the Markov term moves random blocks
 
 
+@pytest.mark.slow
 def test_every_variant_writes_the_same_text_and_the_rows_add_up(pipeline):
     pages = sample_pages()[:2]
     variants = markov_variants(pipeline.proposer.info.top_k) + threshold_variants(0.99)

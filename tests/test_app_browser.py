@@ -1,13 +1,15 @@
 """The Voila app in a real browser: Debian's headless Chromium, driven by selenium through chromedriver.
 
 The server runs on 127.0.0.1 on a free port; nothing is downloaded (selenium is given both binaries, so it
-never looks for a driver of its own). Skipped where Chromium, chromedriver or Voila are missing; `.ci/run`
-installs them.
+never looks for a driver of its own). Skipped where Chromium, chromedriver or the voila module are missing, except
+under `CI=true`, where `.ci/run` has installed them and a missing one fails every test. Marked slow: each test
+starts a server and a browser.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -31,8 +33,23 @@ PAGE = "letter"
 MAX_NEW_TOKENS = 512  # the app's default budget (the command line's too)
 START_TIMEOUT, RUN_TIMEOUT = 120, 120  # seconds
 
-pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER and shutil.which("voila")),
-                                reason="needs Debian's chromium and chromium-driver, and voila")
+pytestmark = pytest.mark.slow
+
+
+def missing_browser_parts() -> list[str]:
+    """What the browser tests need and this machine lacks (voila is run as a module of this interpreter)."""
+    parts = {"chromium": CHROMIUM, "chromedriver": CHROMEDRIVER, "the voila module": importlib.util.find_spec("voila")}
+    return [name for name, found in parts.items() if not found]
+
+
+def skip_or_fail_without(missing: list[str], ci: bool) -> None:
+    """Skips a browser test on a developer's machine that lacks a part; fails it in CI, which installs them all."""
+    if not missing:
+        return
+    message = f"needs {', '.join(missing)} (Debian's chromium and chromium-driver, and requirements-test.txt)"
+    if ci:
+        pytest.fail(f"{message}: .ci/run installs them, so under CI=true a missing one is an error")
+    pytest.skip(message)
 
 
 def _free_port() -> int:
@@ -85,6 +102,7 @@ def _voila(log_folder: Path, environ: dict[str, str] | None = None):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    skip_or_fail_without(missing_browser_parts(), ci=os.environ.get("CI") == "true")
     default_ir_pair()  # export once, here, so the app and the command line read the same folders
     with _voila(tmp_path_factory.mktemp("voila")) as started:
         yield started
@@ -93,6 +111,7 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def broken_draft_server(tmp_path_factory):
     """The app on the tiny target and a copy of its draft whose graph is cut short: it cannot be read."""
+    skip_or_fail_without(missing_browser_parts(), ci=os.environ.get("CI") == "true")
     target, draft = default_ir_pair()
     broken = tmp_path_factory.mktemp("broken") / "draft"
     shutil.copytree(draft, broken)
@@ -305,3 +324,11 @@ def test_a_draft_whose_ir_cannot_be_read_is_one_line_at_startup(broken_draft_ser
     tracebacks = browser.find_elements(By.CSS_SELECTOR, "[data-mime-type='application/vnd.jupyter.stderr']")
     assert not tracebacks, [element.text for element in tracebacks]
     assert "Traceback" in broken_draft_server["log"].read_text()
+
+
+@pytest.mark.parametrize("ci", [False, True])
+def test_a_missing_browser_part_skips_on_a_laptop_and_fails_in_ci(ci):
+    outcome = pytest.fail.Exception if ci else pytest.skip.Exception
+    with pytest.raises(outcome, match="chromedriver"):
+        skip_or_fail_without(["chromedriver"], ci=ci)
+    skip_or_fail_without([], ci=ci)  # nothing missing: neither

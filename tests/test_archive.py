@@ -112,6 +112,7 @@ def test_the_results_file_drops_a_cut_last_line_and_refuses_other_settings_and_o
         ResultsFile(tmp_path / "other.jsonl", {})
 
 
+@pytest.mark.slow
 def test_an_archive_is_one_record_per_page_and_a_bad_file_one_error_line(archive, shipped_ir, tmp_path):
     folder, texts = archive
     out = tmp_path / "results.jsonl"
@@ -142,6 +143,7 @@ def test_one_pipeline_reads_every_file_of_a_worker(archive, settings, tmp_path, 
     assert summary.read == 6 and summary.failed == 1 and not summary.complete and len(built) == 1
 
 
+@pytest.mark.slow
 def test_a_rerun_skips_what_was_read_and_reads_a_changed_file_again(archive, tmp_path):
     folder, texts = archive
     out = tmp_path / "results.jsonl"
@@ -159,6 +161,7 @@ def test_a_rerun_skips_what_was_read_and_reads_a_changed_file_again(archive, tmp
     assert "0 pages read (4 earlier), 1 failed" in fourth.stderr and "nothing left to read" in fourth.stderr
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_archive_resumes_with_every_page_once_and_the_texts_of_an_uninterrupted_run(
         tmp_path, reader):
     folder = tmp_path / "archive"
@@ -187,6 +190,7 @@ def test_a_run_killed_mid_archive_resumes_with_every_page_once_and_the_texts_of_
     assert f"{len(texts) - before} pages read ({before} earlier)" in resumed.stderr
 
 
+@pytest.mark.slow
 def test_two_worker_processes_write_the_texts_of_one_and_a_dead_process_s_pages_are_read_again(
         archive, settings, tmp_path):
     folder, texts = archive
@@ -232,6 +236,7 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_ray_actors_write_the_texts_of_one_worker_and_a_killed_actor_s_page_is_read_by_the_others(
         local_ray, archive, settings, tmp_path):
     from utils.archive.ray_workers import RayWorkers
@@ -277,6 +282,7 @@ def test_a_worker_that_cannot_build_its_pipeline_stops_the_run_with_its_reason(a
     assert [record["file"] for record in _records(tmp_path / "r.jsonl")] == []  # no page recorded as read
 
 
+@pytest.mark.slow
 def test_the_command_line_reads_on_a_local_ray_it_starts_and_stops(archive, tmp_path):
     folder, texts = archive
     completed = _ocr(str(folder), "--out", str(tmp_path / "r.jsonl"), "--precision", "f32", "--draft-precision",

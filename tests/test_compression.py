@@ -203,6 +203,7 @@ def int4_target(tiny_pair, tmp_path_factory):
     return out, saved
 
 
+@pytest.mark.slow
 def test_export_target_int4_writes_what_compress_folder_writes(int4_target, tiny_ir, tmp_path):
     written, _ = int4_target
     _assert_same_folder(written, compress_folder(tiny_ir[0], tmp_path / "two-step", weight_format="int4"), tmp_path)
@@ -255,6 +256,7 @@ def test_bad_requests_fail_clearly(compressed, tmp_path):
         CompressionConfig(ratio=0)
 
 
+@pytest.mark.slow
 def test_report_measures_sizes_agreement_and_tokens_per_step(compressed):
     targets = {fmt: compressed[("target", fmt)] for fmt in ("fp32", "int8")}
     drafts = {fmt: compressed[("draft", fmt)] for fmt in ("fp32", "int8", "int4")}

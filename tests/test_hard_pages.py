@@ -108,6 +108,7 @@ def test_read_hard_pages_scores_a_reading_that_confuses_and_runs_on():
     assert grid == {"cer": 0.0, "distinct_answers": 3, "row_slips": 0, "reached_budget": 3, "pages": 3}
 
 
+@pytest.mark.slow
 def test_the_hard_pages_command_prints_both_kinds_at_both_precisions(capsys, tmp_path):
     import json
 

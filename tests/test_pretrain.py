@@ -44,6 +44,7 @@ def test_ocr_example_puts_the_loss_on_the_answer_and_eos_only(tiny_pair):
     assert example["input_ids"].shape == example["attention_mask"].shape == example["labels"].shape
 
 
+@pytest.mark.slow
 def test_pretraining_lowers_the_loss_on_held_out_pages(pretrained, tiny_pair):
     """Measured: 7.27 nats per answer token for the random target, 6.89 after this pretraining."""
     assert answer_loss(pretrained.target, HELD_OUT) < answer_loss(tiny_pair.target, HELD_OUT) - 0.2

@@ -272,6 +272,7 @@ def test_chat_template_arguments_pass_through_the_command_line(published_ir, tmp
     assert "must be a JSON object" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_notebooks_helpers_run_on_the_published_pair(published, published_ir, tmp_path):
     from utils.evaluation.benchmark import BenchConfig, run_benchmark
     from utils.evaluation.compression_report import compression_report

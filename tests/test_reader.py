@@ -164,6 +164,7 @@ def _random_rows(seed: int, count: int, length: int = 8) -> list[str]:
     return ["".join(GLYPHS[i] for i in rng.integers(0, len(GLYPHS), size=length)) for _ in range(count)]
 
 
+@pytest.mark.slow
 def test_a_small_reader_learns_to_read_random_strings_from_their_pages(reading_pair):
     """The recipe reads glyphs, not a language: rows of eight uniformly random printable characters, a new row
     every step, and eight rows never trained on read back. No prior helps here: the best answer that ignores the
@@ -195,6 +196,7 @@ def test_a_small_reader_learns_to_read_random_strings_from_their_pages(reading_p
     assert sum(read == truth.text for read, truth in zip(score.readings, held_out, strict=True)) >= 4, score.readings
 
 
+@pytest.mark.slow
 def test_read_option_trains_a_reader_and_records_it(tmp_path, capsys):
     out = tmp_path / "reader"
     argv = ["--out", str(out), "--read", "--read-steps", "4", "--refine-steps", "2", "--read-held-out-pages", "2"]
@@ -233,6 +235,7 @@ def _safetensors(folder):
     return load_file(folder / "model.safetensors")
 
 
+@pytest.mark.slow
 def test_refining_a_saved_first_phase_gives_the_bits_of_a_whole_training(reading_pair, tmp_path):
     """`--reader-from`: the shipped reader is refined from the earlier pair's reader; that must be the reader a whole
     training makes on the same machine, or the recipe in the manifest would not be what shipped."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.evaluation.pages import CORPUS_PATH
 from utils.evaluation.typewriter import CELL, PAGE_ROWS
@@ -17,6 +19,7 @@ def test_the_unseen_font_page_shows_held_out_rows_in_another_font():
     assert all(line not in corpus for line in page.text.splitlines())  # generated rows, not corpus lines
 
 
+@pytest.mark.slow
 def test_a_random_reading_pair_is_measured_in_every_setting(reading_pair, tmp_path):
     """A random pair reads nothing, but the report's invariants hold: at f32 every draft walk writes what the
     target alone writes, and each figure is where the manifest expects it. Marked as a typewriter reader (as a

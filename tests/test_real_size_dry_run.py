@@ -31,6 +31,7 @@ def dry_run(tmp_path_factory):
     return tables, printed.getvalue(), work
 
 
+@pytest.mark.slow
 def test_the_table_has_every_column_and_a_row_per_step(dry_run):
     tables, out, _ = dry_run
     assert list(tables) == ["int8"]

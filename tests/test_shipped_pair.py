@@ -78,6 +78,7 @@ def readings():
             [alone.generate(page.image) for page in pages])
 
 
+@pytest.mark.slow
 def test_the_shipped_pair_reads_the_sample_pages(readings):
     """What a newcomer sees first: every sample page read, each differently, close to its text, and the draft
     accepted for several tokens a step; the speculative text is the target's own, token for token (f32).
@@ -114,6 +115,7 @@ def test_the_shipped_target_answers_through_openvino_as_its_pytorch_model_does(r
     assert alone[0].tokens == expected[0, inputs["input_ids"].shape[1]:].tolist()
 
 
+@pytest.mark.slow
 def test_the_shipped_pair_reads_pages_written_by_hand(readings):
     """Text no generator wrote (code, a bordered table, symbols, a shopping list, blank rows, ...), at f32 with
     every draft verified: read, not recited, rows in their place (the formulas page ran on past one row's end when
@@ -131,6 +133,7 @@ def test_the_shipped_pair_reads_pages_written_by_hand(readings):
     assert sum(row_slip(text, page.text) for text, page in zip(texts, pages, strict=True)) <= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("walk", WALKS)
 def test_manifest_acceptance_figures_hold_when_measured_again(manifest, walk):
     """The PyTorch reference on the sample pages, with the prompt the draft learnt: inference only, so the figures

@@ -1,13 +1,18 @@
 """`benchmarks.target_formats` on what runs without real-size models: the tiny reader read with its target in
-INT8 and INT4 (the figures are measured, only their shape and the INT8 self-agreement are checked)."""
+INT8 and in INT4, each held to the CER the reader ships at."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.target_formats import FORMATS, measure_tiny_reader
 
+PAGES = 40  # as many as docs/performance.md measured: INT4's slips come a page at a time (3.7% on the first 6)
+SHIP_CER = 0.02  # docs/tiny-pair.md: the ship bound of the reader's CER on held-out generated pages
 
-def test_the_tiny_reader_is_read_in_each_target_format():
-    figures = measure_tiny_reader(pages=2)
+
+@pytest.mark.slow
+def test_each_target_format_reads_within_the_ship_bound():
+    figures = measure_tiny_reader(pages=PAGES)
     assert list(figures) == list(FORMATS)
-    assert figures["int8"]["equal to int8"] == 2
-    assert all(0.0 <= figures[fmt]["cer"] and 0 <= figures[fmt]["equal to int8"] <= 2 for fmt in FORMATS)
+    assert all(figures[fmt]["cer"] <= SHIP_CER for fmt in FORMATS), figures

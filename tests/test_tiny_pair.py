@@ -214,6 +214,7 @@ def test_pair_from_an_older_builder_is_rebuilt(tmp_path):
     assert json.loads(stamp.read_text())["builder_version"] != 0
 
 
+@pytest.mark.slow
 def test_command_line_manifest_records_hashes_and_the_random_drafts_figures(tmp_path, capsys):
     from utils.tiny import default_pair
     from utils.tiny.manifest import HELD_OUT_WALKS
