@@ -1,9 +1,7 @@
 """NNCF weight compression of the exported tiny pair: element types, the INT8 lm_head rule, what still runs.
 
-Measured on the tiny pair (f32 inference, so differences come from the weights): INT8 moves the target's
-prefill logits by at most ~0.3 (logit std ~0.76), INT4 by ~1.4. The random tiny target has logit margins
-of a few hundredths, so even INT8 changes its greedy text after a few tokens: the target test bounds the
-logit error and asks for the same first token, not for equal pages. TARGET_LOGITS_ATOL = 0.5.
+The random tiny target has logit margins of a few hundredths, so any rounding of its weights changes its greedy
+text after a few tokens: what INT8 keeps is tested on the shipped reader instead, whose answers it must keep.
 """
 
 from __future__ import annotations
@@ -28,9 +26,9 @@ from utils.export.compression import (CompressionConfig, compress_folder, compre
                                       ir_weight_format, weight_constants)
 from utils.export.draft import export_draft
 from utils.export.target import export_target
+from utils.models import default_ir_pair
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
-TARGET_LOGITS_ATOL = 0.5
 PAGES = sample_pages()[:3]
 
 
@@ -131,20 +129,17 @@ def test_compressed_draft_passes_the_runtime_checks_and_stays_close(compressed, 
     assert agreement["int8"] >= agreement["int4"] and agreement["int8"] >= 0.75, agreement
 
 
-def test_int8_target_runs_in_the_pipeline_close_to_fp32(compressed):
-    pipelines = {fmt: SpeculativeOcrPipeline(compressed[("target", fmt)], device="CPU", precision="f32")
-                 for fmt in ("fp32", "int8")}
-    description = json.loads((compressed[("target", "int8")] / LANGUAGE_MODEL_CONFIG).read_text())
-    assert description["weight_format"] == "int8"
+def test_the_shipped_reader_compressed_int8_writes_the_fp32_answers(tmp_path):
+    """INT8 is the default target format because it keeps the answer (docs/performance.md): at f32 inference, so
+    only the weights differ, the shipped reader's INT8 target writes its fp32 target's tokens on the sample pages."""
+    fp32 = default_ir_pair()[0]
+    int8 = compress_folder(fp32, tmp_path / "int8", weight_format="int8")
+    assert json.loads((int8 / LANGUAGE_MODEL_CONFIG).read_text())["weight_format"] == "int8"
+    pipelines = {fmt: SpeculativeOcrPipeline(folder, device="CPU", precision="f32")
+                 for fmt, folder in (("fp32", fp32), ("int8", int8))}
     for page in PAGES:
-        logits = {}
-        for fmt, pipeline in pipelines.items():
-            pipeline.language_model.reset()
-            logits[fmt], _ = pipeline.language_model.prefill(
-                pipeline.prompt_embeddings(page.image, "Text Recognition:"))
-        assert np.abs(logits["int8"] - logits["fp32"]).max() < TARGET_LOGITS_ATOL, page.name
-        answers = {fmt: pipeline.generate(page.image, max_new_tokens=8).tokens for fmt, pipeline in pipelines.items()}
-        assert answers["int8"][0] == answers["fp32"][0], page.name
+        answers = {fmt: pipeline.generate(page.image, "Text Recognition:").tokens for fmt, pipeline in pipelines.items()}
+        assert answers["int8"] == answers["fp32"], page.name
 
 
 def _without_generated_names(xml: str) -> str:
