@@ -36,8 +36,8 @@ CONFIGURATIONS = {"1 worker": dict(workers=1), "2 processes": dict(workers=2), "
 
 def write_archives(folder: Path, pages: int) -> dict[str, Path]:
     """{name: folder} of the two archives: the sample pages, and `pages` typed pages with a broken file."""
-    from utils.evaluation.reading_pages import sample_pages
-    from utils.evaluation.sample_archive import write_sample_archive
+    from utils.pages.reading_pages import sample_pages
+    from utils.pages.sample_archive import write_sample_archive
 
     samples = folder / "sample pages"
     samples.mkdir(parents=True)

@@ -69,7 +69,8 @@ def _speculative(session, embed, prompt: np.ndarray, target_only: list[int], *, 
 
 
 def main(argv: list[str] | None = None) -> None:
-    from utils.engine.device import compile_properties, openvino_core
+    from utils.contract.core import openvino_core
+    from utils.engine.device import compile_properties
     from utils.engine.language_model import LanguageModelSession
     from utils.export.gated_delta import DEFAULT_CHUNK_SIZE
 

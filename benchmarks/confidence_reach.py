@@ -102,8 +102,8 @@ def read_held_out_pages(pages: int) -> tuple[list[StepRecord], list[tuple[float,
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from utils.checkpoint.draft import TargetSpec
-    from utils.evaluation.reading_pages import reading_pages
-    from utils.evaluation.typewriter import PAGE_CELLS
+    from utils.pages.reading_pages import reading_pages
+    from utils.pages.typewriter import PAGE_CELLS
     from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
     from utils.reference.modeling import load_reference_draft
     from utils.reference.speculative import TargetRunner, speculative_generate

@@ -82,7 +82,7 @@ def record_tiny_pair_steps(*, max_new_tokens: int = 64) -> list[RecordedStep]:
     budget of tokens takes six times as many steps at that rate, so its steps would be most of the recording. The
     last step of each answer is left out (EOS or the budget may cut it, hiding how many drafts matched).
     """
-    from utils.evaluation.reading_pages import sample_pages
+    from utils.pages.reading_pages import sample_pages
     from utils.models import default_ir_pair
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
     from utils.tiny.config import READING_DISTILL

@@ -1,6 +1,6 @@
 """How a tiny pair reads the pages it is most easily wrong on: look-alike glyphs and rows of digits.
 
-Reads the held-out pages of `utils.evaluation.hard_pages` through OpenVINO, as `python -m utils.ocr` reads them
+Reads the held-out pages of `utils.evaluation.glyph_confusion` through OpenVINO, as `python -m utils.ocr` reads them
 (Top-K scorer, threshold 0.5), at the device's default precision and at f32:
 
 - look-alike strings at every glyph size of the atlas: the accuracy of every look-alike class (0/O/o, 1/I/l/|,
@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from utils.cli import add_json_option, command_parser, int_at_least, write_json
-from utils.evaluation.hard_pages import DIGIT_GRID_PAGES, LOOK_ALIKE_PAGES_PER_SIZE
+from utils.pages.hard_pages import DIGIT_GRID_PAGES, LOOK_ALIKE_PAGES_PER_SIZE
 
 __all__ = ["main"]
 

@@ -74,8 +74,8 @@ def tiny_pair_logits(*, max_new_tokens: int) -> np.ndarray:
     """[steps, V] logits of the shipped tiny target's greedy target-only steps on the sample pages (both prompts,
     f32; the step that writes each answer's end is included)."""
     from utils.engine.decoder import SpeculativeDecoder
-    from utils.evaluation.pages import SAMPLE_PROMPTS
-    from utils.evaluation.reading_pages import sample_pages
+    from utils.pages.samples import SAMPLE_PROMPTS
+    from utils.pages.reading_pages import sample_pages
     from utils.models import default_ir_pair
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 

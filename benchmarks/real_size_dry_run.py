@@ -150,7 +150,7 @@ def full_page():
     page's width, top to bottom."""
     from PIL import Image
 
-    from utils.evaluation.pages import printed_sample_pages
+    from utils.pages.samples import printed_sample_pages
 
     page = Image.new("RGB", FULL_PAGE_SIZE, "white")
     lines, top = printed_sample_pages(), 0
@@ -171,7 +171,7 @@ def _page_for_context(pipeline, context: int):
     image processor slices a larger page into more tiles), then the instruction lengthened with corpus text."""
     from PIL import Image
 
-    from utils.evaluation.pages import CORPUS_PATH, printed_sample_pages
+    from utils.pages.samples import CORPUS_PATH, printed_sample_pages
     from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
     page = printed_sample_pages()[0].image

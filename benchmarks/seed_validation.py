@@ -5,7 +5,7 @@
 
 Online, as the seed PR measured: downloads `openbmb/MiniCPM-OCR-1.0` and its DSpark draft, exports an int8 target
 and the draft in 16 bits (the published bf16, stored as fp16), int8 and int4, downloads one OmniDocBench page
-per document category (8 pages, `utils.evaluation.omnidocbench` says which), runs greedy with up to 2048 new
+per document category (8 pages, `utils.pages.omnidocbench` says which), runs greedy with up to 2048 new
 tokens and `num_assistant_tokens=15`, every draft verified (upstream has no confidence threshold), and prints
 the seed's table with upstream's Arc B390 figures beside ours. Offline it says in one line why it cannot, and
 runs the same table on the tiny pair and the sample pages instead.
@@ -58,12 +58,12 @@ def seed_run(models: Path | None = None, pages_dir: Path | None = None) -> SeedR
 
     reason = hub_unreachable_reason()
     if reason is not None:
-        from utils.evaluation.reading_pages import sample_pages
+        from utils.pages.reading_pages import sample_pages
 
         target, drafts = _tiny_pair(models)
         return SeedRun(target, drafts, sample_pages()[:8], None,
                        f"offline: {reason}; the tiny pair and the sample pages stand in")
-    from utils.evaluation.omnidocbench import download_omnidocbench_pages
+    from utils.pages.omnidocbench import download_omnidocbench_pages
 
     target, drafts = real_ir_pair(models)
     pages = download_omnidocbench_pages(pages_dir or (models or models_dir()) / "OmniDocBench")

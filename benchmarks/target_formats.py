@@ -92,7 +92,7 @@ def measure_real_size(work: Path, *, contexts: list[int], new_tokens: int, round
 def measure_tiny_reader(*, pages: int) -> dict:
     """{format: {"cer", "equal to int8"}} of the shipped tiny target read target-only at the default precision."""
     from utils.evaluation.character_error_rate import character_error_rate
-    from utils.evaluation.reading_pages import reading_pages
+    from utils.pages.reading_pages import reading_pages
     from utils.export.compression import compress_folder
     from utils.export.target import export_target
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline

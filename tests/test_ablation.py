@@ -12,7 +12,7 @@ from utils.engine.draft import DraftModel, MarkovHead
 from utils.evaluation.ablation import (PER_POSITION_ARGMAX, Variant, compare_walks, describe_threshold,
                                        describe_walks, differing_pages, markov_variants, run_ablation,
                                        run_drafting_ablation, table_rows, threshold_variants, totals, walk_margins)
-from utils.evaluation.reading_pages import sample_pages
+from utils.pages.reading_pages import sample_pages
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
 

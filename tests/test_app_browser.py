@@ -24,7 +24,7 @@ import pytest
 
 from utils.contract import DRAFT_MODEL
 from utils.evaluation.character_error_rate import character_error_rate
-from utils.evaluation.reading_pages import sample_pages
+from utils.pages.reading_pages import sample_pages
 from utils.models import REPO_ROOT, default_ir_pair
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -211,7 +211,7 @@ def test_a_typed_page_is_drawn_read_and_scored_like_the_command_line_reads_it(se
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    from utils.evaluation.typewriter import page_text, render_typewriter_page, typed_lines
+    from utils.pages.typewriter import page_text, render_typewriter_page, typed_lines
 
     typed_text = "def add(a, b):\n    return a + b"
     run = _open_app(browser, server["url"])
@@ -242,7 +242,7 @@ def test_a_paragraph_of_20_lines_is_read_as_4_pages_joined_as_the_command_line_r
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    from utils.evaluation.typewriter import joined_reading, save_typed_pages
+    from utils.pages.typewriter import joined_reading, save_typed_pages
     from utils.notebook.archive import read_records
 
     run = _open_app(browser, server["url"])

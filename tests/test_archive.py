@@ -16,7 +16,7 @@ import pytest
 from pdfs import broken_pdf, encrypted_pdf
 from utils.archive import PageReader, ReadSettings, ResultsFile, list_pages, read_archive
 from utils.archive.workers import LocalWorker, ProcessWorkers
-from utils.evaluation.sample_archive import BROKEN_FILE, write_sample_archive
+from utils.pages.sample_archive import BROKEN_FILE, write_sample_archive
 from utils.models import REPO_ROOT, default_ir_pair
 
 

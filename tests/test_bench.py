@@ -111,7 +111,7 @@ def test_a_page_counts_the_median_of_its_repeats():
 
 @pytest.fixture(scope="module")
 def results(tiny_ir):
-    from utils.evaluation.reading_pages import sample_pages
+    from utils.pages.reading_pages import sample_pages
 
     configs = [BenchConfig(None), BenchConfig(tiny_ir[1]), BenchConfig(tiny_ir[1], 0, 4)]
     return run_benchmark(tiny_ir[0], configs, sample_pages()[:2], max_new_tokens=16, repeats=2, device="CPU",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from utils.evaluation.reading_pages import sample_pages
+from utils.pages.reading_pages import sample_pages
 
 CALLS = (32, 64, 128)  # tokens per prefill call; the page prompt (about 200 tokens) spans 2 to 7 calls
 SLACK = 1.5  # a chunked prefill's error may exceed the one-call error by this factor (issue 37's goal)

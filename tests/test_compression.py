@@ -20,7 +20,7 @@ from utils.contract import (DRAFT_MODEL, LANGUAGE_MODEL_CONFIG, LANGUAGE_MODEL_N
 from utils.engine.device import F32_PROPERTIES
 from utils.engine.draft import DraftModel, MarkovHead
 from utils.evaluation.compression_report import REFERENCE_FORMAT, compression_report, time_per_token
-from utils.evaluation.reading_pages import sample_pages
+from utils.pages.reading_pages import sample_pages
 from utils.export.__main__ import main as export_cli
 from utils.export.compression import (CompressionConfig, compress_folder, compress_model, compressed_files, head_weight,
                                       ir_weight_format, weight_constants)

@@ -13,8 +13,8 @@ from utils.contract import DRAFT_MODEL, LOGITS
 from utils.evaluation.compressed_weights import compresses_identically, stored_weights, weight_layout
 from utils.evaluation.compression_report import (FirstDifference, SpeculativeRun, first_difference, run_settings,
                                                  speculative_runs, target_agreements)
-from utils.evaluation.pages import SamplePage
-from utils.evaluation.reading_pages import sample_pages
+from utils.pages.samples import SamplePage
+from utils.pages.reading_pages import sample_pages
 from utils.export.compression import compress_model, save_ir
 
 MODEL_NAME = DRAFT_MODEL  # a transformer IR's name: save_ir gives it INT4 under "int4"

@@ -13,7 +13,7 @@ from utils.engine.device import F32_PROPERTIES
 from utils.engine.draft import DSparkProposer
 from utils.engine.language_model import LanguageModelSession
 from utils.engine.step_cost import StepCost
-from utils.evaluation.reading_pages import sample_pages
+from utils.pages.reading_pages import sample_pages
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 from utils.pipeline.vision import TextEmbeddings
 

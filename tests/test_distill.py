@@ -13,9 +13,9 @@ import torch
 from safetensors.numpy import load_file
 
 from utils.checkpoint.draft import DRAFT_WEIGHTS, EXPORT_AUDIT, LOCAL_TO_TARGET, load_draft_checkpoint
-from utils.evaluation.pages import printed_sample_pages
-from utils.evaluation.reading_pages import TRAINING_KINDS, iter_reading_pages
-from utils.evaluation.typewriter import Ink
+from utils.pages.samples import printed_sample_pages
+from utils.pages.reading_pages import TRAINING_KINDS, iter_reading_pages
+from utils.pages.typewriter import Ink
 from utils.files import sha256_file
 from utils.reference.modeling import DraftContextCache, load_reference_draft
 from utils.tiny import BUILD_STAMP, DistillConfig, TinyPairConfig, build_tiny_pair, default_pair

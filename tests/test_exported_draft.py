@@ -9,9 +9,9 @@ import openvino as ov
 import pytest
 
 from utils.contract import DRAFT_MODEL, MARKOV_HEAD_MODEL, RT_INFO_NAMESPACE
-from utils.engine import draft as engine_draft
-from utils.engine.draft import ExportedDraft
-from utils.evaluation.reading_pages import sample_pages
+from utils.contract import draft as contract_draft
+from utils.contract.draft import ExportedDraft
+from utils.pages.reading_pages import sample_pages
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
 
@@ -19,7 +19,7 @@ from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 def reads(monkeypatch):
     """Counts the draft folder's reads: config.json parses and IR reads, by file name."""
     counted = {"config.json": 0, DRAFT_MODEL: 0, MARKOV_HEAD_MODEL: 0}
-    read_config, read_ir = engine_draft.DSparkConfig.from_folder, engine_draft._read
+    read_config, read_ir = contract_draft.DSparkConfig.from_folder, contract_draft._read
 
     def counting_config(folder, **kwargs):
         counted["config.json"] += 1
@@ -29,8 +29,8 @@ def reads(monkeypatch):
         counted[name] += 1
         return read_ir(folder, name)
 
-    monkeypatch.setattr(engine_draft.DSparkConfig, "from_folder", counting_config)
-    monkeypatch.setattr(engine_draft, "_read", counting_ir)
+    monkeypatch.setattr(contract_draft.DSparkConfig, "from_folder", counting_config)
+    monkeypatch.setattr(contract_draft, "_read", counting_ir)
     return counted
 
 

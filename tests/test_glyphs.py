@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from utils.evaluation.pages import printed_sample_pages, render_page
+from utils.pages.samples import printed_sample_pages, render_page
 from utils.pipeline.preprocessing.glyphs import TINY_RESOLUTION, adaptive_upsize_resolution, luma, otsu_threshold
 
 

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from utils.evaluation.character_error_rate import alignment, substitutions
-from utils.evaluation.hard_pages import MISSING, digit_grid_pages, glyph_confusion, look_alike_pages
-from utils.evaluation.reading_pages import (HARD_KINDS, LOOK_ALIKE_CLASSES, REFINING_KINDS, TRAINING_KINDS, line_split,
+from utils.evaluation.glyph_confusion import MISSING, glyph_confusion
+from utils.pages.hard_pages import digit_grid_pages, look_alike_pages
+from utils.pages.reading_pages import (HARD_KINDS, LOOK_ALIKE_CLASSES, REFINING_KINDS, TRAINING_KINDS, line_split,
                                             reading_pages)
-from utils.evaluation.typewriter import GLYPH_SIZES, PAGE_ROWS, PAGE_WIDTH, render_typewriter_page
+from utils.pages.typewriter import GLYPH_SIZES, PAGE_ROWS, PAGE_WIDTH, render_typewriter_page
 
 
 def test_alignment_pairs_every_character_of_both_sides():
@@ -124,7 +125,7 @@ def test_the_hard_pages_command_prints_both_kinds_at_both_precisions(capsys, tmp
 
 
 def test_hard_page_texts_never_show_a_sample_row():
-    from utils.evaluation.pages import sample_rows
+    from utils.pages.samples import sample_rows
 
     rows = {row.rstrip() for page in reading_pages(40, seed=0, kinds=HARD_KINDS) for row in page.text.split("\n")}
     assert not rows & sample_rows()

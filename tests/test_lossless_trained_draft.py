@@ -23,9 +23,9 @@ import pytest
 from PIL import Image
 
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
-from utils.evaluation.reading_pages import reading_pages, sample_pages
-from utils.evaluation.typewriter import typed_pages
-from utils.evaluation.written_pages import written_pages
+from utils.pages.reading_pages import reading_pages, sample_pages
+from utils.pages.typewriter import typed_pages
+from utils.pages.written_pages import written_pages
 from utils.tiny.config import READING_DISTILL
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,8 @@ from PIL import Image
 import utils.evaluation.near_tie as near_tie
 from utils.evaluation.near_tie import (NearTie, bisect, blend_pages, cell_strip, find_near_tie, look_alike,
                                        margin_study, ordered_dither, plot_margins, teacher_forced_logits, top2)
-from utils.evaluation.reading_pages import sample_pages
-from utils.evaluation.typewriter import CELL, render_typewriter_page
+from utils.pages.reading_pages import sample_pages
+from utils.pages.typewriter import CELL, render_typewriter_page
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
 PROMPT = "Text Recognition:"

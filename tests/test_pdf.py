@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from pdfs import pdf_of_images
-from utils.evaluation.reading_pages import sample_pages
+from utils.pages.reading_pages import sample_pages
 from utils.pipeline.preprocessing import pdf as pdf_module
 from utils.pipeline.preprocessing.pdf import PDF_DPI, PdfPages, is_pdf
 

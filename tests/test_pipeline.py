@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from oracle import ORACLE_CASES, NoisyAnswer
-from utils.evaluation.pages import SAMPLE_PROMPTS as PROMPTS
+from utils.pages.samples import SAMPLE_PROMPTS as PROMPTS
 from utils.engine.step_cost import StepCost
-from utils.evaluation.reading_pages import sample_pages
+from utils.pages.reading_pages import sample_pages
 from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
 PAGES = sample_pages()
@@ -311,7 +311,7 @@ def _typewriter_reader(tiny_ir, tmp_path):
     import shutil
 
     from utils.contract.target import TYPEWRITER_PAGE
-    from utils.evaluation.typewriter import CELL, PAGE_ROWS, PAGE_WIDTH
+    from utils.pages.typewriter import CELL, PAGE_ROWS, PAGE_WIDTH
 
     folder = shutil.copytree(tiny_ir[0], tmp_path / "target")
     config = json.loads((folder / "config.json").read_text())

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from utils.evaluation.pages import printed_sample_pages, render_page
+from utils.pages.samples import printed_sample_pages, render_page
 from utils.pipeline.preprocessing import ChatPromptBuilder, ImagePreprocessor
 
 MAX_LEVELS = 2

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from utils.evaluation.pages import printed_sample_pages
+from utils.pages.samples import printed_sample_pages
 from utils.files import sha256_file
 from utils.tiny import BUILD_STAMP, PretrainConfig, TinyPairConfig, build_tiny_pair
 from utils.tiny.__main__ import main as tiny_cli

@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 import pytest
 
-from utils.evaluation.pages import printed_sample_pages
+from utils.pages.samples import printed_sample_pages
 from utils.tiny.published import PUBLISHED_CHAT_TEMPLATE, write_published_layout
 
 PAGES = printed_sample_pages()  # document-like pages the published processor resizes (parity below)

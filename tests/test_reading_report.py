@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
-from utils.evaluation.pages import CORPUS_PATH
-from utils.evaluation.typewriter import CELL, PAGE_ROWS
-from utils.evaluation.written_pages import WRITTEN_TEXTS
-from utils.evaluation.reading_pages import LOOK_ALIKE_CLASSES
+from utils.pages.samples import CORPUS_PATH
+from utils.pages.typewriter import CELL, PAGE_ROWS
+from utils.pages.written_pages import WRITTEN_TEXTS
+from utils.pages.reading_pages import LOOK_ALIKE_CLASSES
 from utils.tiny.reading_report import WALKS, measure_reading, reading_report_summary, unseen_font_page
 
 

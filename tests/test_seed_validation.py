@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import benchmarks.seed_validation as seed_validation
-from utils.evaluation.omnidocbench import SEED_PAGE, pages_per_category
-from utils.evaluation.reading_pages import sample_pages
+from utils.pages.omnidocbench import SEED_PAGE, pages_per_category
+from utils.pages.reading_pages import sample_pages
 from utils.evaluation.seed_figures import SEED_ROWS, seed_comparison
 
 

@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from utils.evaluation.character_error_rate import character_error_rate
-from utils.evaluation.reading_pages import sample_pages
-from utils.evaluation.typewriter import CELL
+from utils.pages.reading_pages import sample_pages
+from utils.pages.typewriter import CELL
 from utils.pipeline.speculative_ocr import TYPEWRITER_SLACK
 from utils.tiny import BUILD_STAMP, SHIPPED_PAIR_DIR, default_pair
 from utils.tiny.acceptance import measure_acceptance
@@ -102,7 +102,7 @@ def test_the_shipped_target_answers_through_openvino_as_its_pytorch_model_does(r
     the exported graph must rotate them as transformers does. Greedy tokens equal at f32 on the first sample page."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from utils.evaluation.pages import SAMPLE_PROMPTS
+    from utils.pages.samples import SAMPLE_PROMPTS
 
     target = SHIPPED_PAIR_DIR / "target"
     assert json.loads((target / "config.json").read_text())["text_config"]["rope_parameters"]["partial_rotary_factor"] == 1.0
@@ -121,7 +121,7 @@ def test_the_shipped_pair_reads_pages_written_by_hand(readings):
     every draft verified: read, not recited, rows in their place (the formulas page ran on past one row's end when
     the pair shipped). The figures at the CLI's defaults are the manifest's `written_pages` (3.3% CER)."""
     from utils.evaluation.character_error_rate import row_slip
-    from utils.evaluation.written_pages import written_pages
+    from utils.pages.written_pages import written_pages
     from utils.models import default_ir_pair
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 

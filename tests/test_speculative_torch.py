@@ -10,8 +10,8 @@ import torch
 from oracle import ORACLE_CASES, NoisyAnswer
 from utils.checkpoint.draft import TargetSpec
 from utils.engine.step_cost import StepCost
-from utils.evaluation.pages import SAMPLE_PROMPTS as PROMPTS
-from utils.evaluation.reading_pages import sample_pages
+from utils.pages.samples import SAMPLE_PROMPTS as PROMPTS
+from utils.pages.reading_pages import sample_pages
 from utils.reference.modeling import load_reference_draft
 from utils.reference.speculative import DSparkDrafter, TargetRunner, speculative_generate
 

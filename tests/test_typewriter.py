@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from utils.evaluation.reading_pages import reading_pages, sample_pages
-from utils.evaluation.typewriter import (CELL, GLYPH_ATLAS, GLYPH_SIZES, GLYPHS, MAX_PAGE_CELLS, PAGE_CELLS, PAGE_ROWS,
+from utils.pages.reading_pages import reading_pages, sample_pages
+from utils.pages.typewriter import (CELL, GLYPH_ATLAS, GLYPH_SIZES, GLYPHS, MAX_PAGE_CELLS, PAGE_CELLS, PAGE_ROWS,
                                          PAGE_WIDTH, Ink, draw_glyph_atlas, fit_page, joined_reading, page_text,
                                          render_typewriter_page, typed_lines, typed_pages, typed_pages_lines)
 from utils.pipeline.preprocessing import ImagePreprocessor
@@ -119,7 +119,7 @@ def test_a_row_slip_is_a_reading_that_lost_its_place(read, slipped):
 
 
 def test_a_typed_page_is_the_typed_rows_drawn_in_the_sample_pages_ink():
-    from utils.evaluation.typewriter import render_typewriter_page, typed_lines, typed_page
+    from utils.pages.typewriter import render_typewriter_page, typed_lines, typed_page
 
     text = "x = 1\n\ny = [2, 3]"
     assert typed_page(text).tobytes() == render_typewriter_page(typed_lines(text)).tobytes()
@@ -166,7 +166,7 @@ def test_the_pages_own_texts_joined_are_the_typed_texts_rows(paragraph):
 
 
 def test_saved_pages_sort_in_reading_order(tmp_path):
-    from utils.evaluation.typewriter import save_typed_pages
+    from utils.pages.typewriter import save_typed_pages
 
     text = "\n".join(f"row {number}" for number in range(1, 11 * PAGE_ROWS))  # 65 rows: 11 pages
     paths = save_typed_pages(text, tmp_path / "pages")

@@ -7,7 +7,7 @@ import datetime
 import pytest
 
 from utils.evaluation.character_error_rate import character_error_rate
-from utils.evaluation.reading_pages import sample_pages
+from utils.pages.reading_pages import sample_pages
 from utils.notebook.widgets import ocr_app, precision_widget
 
 
@@ -161,7 +161,7 @@ def test_a_typed_page_is_drawn_previewed_read_and_scored(app, tiny_ir):
 
     from PIL import Image
 
-    from utils.evaluation.typewriter import page_text, render_typewriter_page, typed_lines
+    from utils.pages.typewriter import page_text, render_typewriter_page, typed_lines
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
     controls = _controls(app)
@@ -187,7 +187,7 @@ def test_a_text_longer_than_a_page_is_read_page_by_page_and_joined(app, tiny_ir,
 
     from PIL import Image
 
-    from utils.evaluation.typewriter import joined_reading, page_text, typed_pages, typed_pages_lines
+    from utils.pages.typewriter import joined_reading, page_text, typed_pages, typed_pages_lines
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
     controls = _controls(app)

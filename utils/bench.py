@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    from utils.evaluation.reading_pages import sample_pages
+    from utils.pages.reading_pages import sample_pages
 
     pages = sample_pages()
     if args.pages > len(pages):

@@ -125,7 +125,7 @@ def current_target_export(folder: Path | str) -> bool:
 def current_draft_export(folder: Path | str) -> bool:
     """Whether `folder` holds a draft backbone IR laid out as this code reads it (`DRAFT_IR_FORMAT_VERSION`)."""
     from utils.contract import DRAFT_MODEL, draft_cache_layout_is_current
-    from utils.engine.device import openvino_core
+    from utils.contract.core import openvino_core
 
     path = Path(folder) / DRAFT_MODEL
     return path.is_file() and draft_cache_layout_is_current(openvino_core().read_model(path))

@@ -57,7 +57,7 @@ def read_stop_token_ids(folder: Path | str, config: dict | None = None) -> tuple
 
 @dataclass(frozen=True)
 class TypewriterPage:
-    """The one page a typewriter reader reads (the tiny target: `utils.evaluation.typewriter`): `rows` rows of
+    """The one page a typewriter reader reads (the tiny target: `utils.pages.typewriter`): `rows` rows of
     `columns` characters and a blank column, one `cell`-pixel square per character and per image token, and one
     answer token per image token. Read from config.json's `TYPEWRITER_PAGE` field; the real model has none."""
 
@@ -74,7 +74,7 @@ class TypewriterPage:
         """One line for an image of another `size`: what the tiny pair reads and how to read other images."""
         return (f"note: this image is {size[0]} x {size[1]} pixels; the tiny pair reads only typewriter pages of "
                 f"{self.rows} rows x {self.columns} characters in its own font ({self.size[0]} x {self.size[1]} "
-                f"pixels: utils.evaluation.typewriter.typed_page draws one), so expect no real reading; for other "
+                f"pixels: utils.pages.typewriter.typed_page draws one), so expect no real reading; for other "
                 f"documents export and run the real pair (docs/real-checkpoints.md)")
 
     @classmethod

@@ -13,14 +13,15 @@ two candidates can flip (notebook 07 measures it).
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from utils.contract.core import openvino_core
 
 if TYPE_CHECKING:
     import openvino as ov
 
-__all__ = ["VIRTUAL_DEVICES", "PRECISIONS", "F32_PROPERTIES", "openvino_core", "resolve_device", "check_precision",
+__all__ = ["VIRTUAL_DEVICES", "PRECISIONS", "F32_PROPERTIES", "resolve_device", "check_precision",
            "compile_properties", "inference_precision"]
 
 VIRTUAL_DEVICES = ("AUTO",)
@@ -29,14 +30,6 @@ PRECISIONS = ("f32", "default")
 # on the fly unless the group size is 0 (then single tokens and verification blocks round alike: exact greedy
 # parity).
 F32_PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
-
-
-@functools.cache
-def openvino_core() -> ov.Core:
-    """The process's one `ov.Core`: every IR the runtime reads and compiles shares it, not one Core per IR."""
-    import openvino as ov
-
-    return ov.Core()
 
 
 def resolve_device(device: str | None, *, available: list[str] | None = None) -> str:

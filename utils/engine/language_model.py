@@ -29,7 +29,7 @@ from utils.contract import (ATTENTION_MASK, HIDDEN_STATES, INPUTS_EMBEDS, LANGUA
                             POSITION_IDS, LanguageModelConfig, past_conv_state, past_key, past_recurrent_state,
                             past_value, present_conv_window, present_key, present_recurrent_state, present_value,
                             rollback_delta, rollback_key, rollback_log_decay)
-from utils.engine.device import openvino_core
+from utils.contract.core import openvino_core
 from utils.engine.timing import Clock
 
 __all__ = ["LanguageModelSession", "rebuild_recurrent_state"]

@@ -19,7 +19,7 @@ compressed weights are decompressed to f32 and any difference comes from the wei
   token of each target format alone and of speculative decoding with each draft format, median and range over
   repeats, at the precision asked for (the device's own by default, what users run).
 
-Run options shared by the measurements: `pages` (`utils.evaluation.pages.SamplePage`s, or anything with `.image`),
+Run options shared by the measurements: `pages` (`utils.pages.samples.SamplePage`s, or anything with `.image`),
 `prompt` (the instruction after each page), `max_new_tokens` (token budget per page), `device` (OpenVINO),
 `cache_dir` (OpenVINO's model cache, `utils.models.compiled_cache_dir`: a target compiled by one measurement is
 imported by the next instead of compiled again; None compiles every time).

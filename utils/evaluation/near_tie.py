@@ -22,7 +22,7 @@ from functools import cache
 import numpy as np
 from PIL import Image
 
-from utils.evaluation.typewriter import CELL, GLYPHS, render_typewriter_page
+from utils.pages.typewriter import CELL, GLYPHS, render_typewriter_page
 
 __all__ = ["next_token_logits", "teacher_forced_logits", "top2", "MarginStudy", "margin_study", "ordered_dither",
            "blend_pages", "look_alike", "bisect", "NearTie", "find_near_tie", "cell_strip", "plot_margins"]

@@ -166,7 +166,7 @@ def plot_threshold_sweep(config: dict, *, default: float, times: list[float] | N
 
 
 def plot_glyph_confusion(confusion, ax=None):
-    """What each look-alike character of the pages was read as (`utils.evaluation.hard_pages.GlyphConfusion`), as
+    """What each look-alike character of the pages was read as (`utils.evaluation.glyph_confusion.GlyphConfusion`), as
     a share of its occurrences: a diagonal of 1 is a reader that tells them apart; any other cell is a confusion,
     labelled with its count."""
     import numpy as np

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from utils.engine.verification import StepRecord
-from utils.evaluation.typewriter import GLYPHS
+from utils.pages.typewriter import GLYPHS
 
 __all__ = ["outside_characters", "with_capitals_as", "OutsideToken", "outside_tokens"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.verification import StepRecord
 from utils.evaluation.page_choice import first_reading, read_exactly
-from utils.evaluation.typewriter import PAGE_CELLS
+from utils.pages.typewriter import PAGE_CELLS
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
 __all__ = ["FigureSetting", "SUITE_SETTINGS", "tokens_per_step", "read_settings", "table_rows", "by_page",

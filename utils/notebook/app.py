@@ -34,12 +34,12 @@ def speculative_ocr_app(pages=None, *, environ: Mapping[str, str] | None = None)
     """The app's page: the OCR panel, or one line saying why it cannot start (the traceback goes to the log).
 
     Args:
-        pages: the sample pages to offer (default: `utils.evaluation.reading_pages.sample_pages()`).
+        pages: the sample pages to offer (default: `utils.pages.reading_pages.sample_pages()`).
         environ: where to read the two variables (default: `os.environ`).
     """
     import ipywidgets as widgets
 
-    from utils.evaluation.reading_pages import sample_pages
+    from utils.pages.reading_pages import sample_pages
     from utils.notebook.widgets import error_message, ocr_app
 
     try:

@@ -60,7 +60,7 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
     """The interactive OCR panel of notebook 05 and of the Voila app (`app/speculative-ocr.ipynb`).
 
     Pick a sample page, type text (drawn as typewriter pages: what the tiny pair reads; a text longer than one page
-    becomes several, `utils.evaluation.typewriter.typed_pages_lines`), or upload an image or a PDF (previewed, the
+    becomes several, `utils.pages.typewriter.typed_pages_lines`), or upload an image or a PDF (previewed, the
     first page; a button clears it), set the prompt, precision, draft tokens per step, Markov computation,
     confidence threshold and token budget, and press the button: each page is read in turn with the target alone
     and with the draft, and the panel shows the streamed text, both texts side by side with an "identical" mark, a
@@ -75,8 +75,8 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
 
     Args:
         target: the target IR folder.
-        draft: the draft IR folder (or its `utils.engine.draft.ExportedDraft`).
-        pages: `utils.evaluation.reading_pages.sample_pages()`.
+        draft: the draft IR folder (or its `utils.contract.draft.ExportedDraft`).
+        pages: `utils.pages.reading_pages.sample_pages()`.
         device: the OpenVINO device; None adds a device dropdown to the panel.
         max_new_tokens: the token budget the panel starts with (the CLI's default: a whole page).
     """
@@ -88,7 +88,7 @@ class _OcrPanel:
     """`ocr_app`'s state: the controls, the pipelines compiled so far, and the handlers that tie them together."""
 
     def __init__(self, target, draft, pages, *, device: str | None, default_prompt: str, max_new_tokens: int):
-        from utils.engine.draft import ExportedDraft
+        from utils.contract.draft import ExportedDraft
 
         self.target, self.draft, self.pages, self.device = target, ExportedDraft.of(draft), pages, device
         self._pipelines = {}  # (device, precision) -> (baseline, speculative), compiled on first use
@@ -169,13 +169,13 @@ class _OcrPanel:
     def typed_pages(self) -> list[list[str]]:
         """The rows of each page of the typed text (`typed_pages_lines`); none when the box is blank or an upload
         is chosen."""
-        from utils.evaluation.typewriter import typed_pages_lines
+        from utils.pages.typewriter import typed_pages_lines
 
         return [] if self.upload.value or not self.typed.value.strip() else typed_pages_lines(self.typed.value)
 
     def page_truth(self, number: int) -> str | None:
         """The text of page `number` (from 1) when the panel knows it (a sample or a typed page), else None."""
-        from utils.evaluation.typewriter import page_text
+        from utils.pages.typewriter import page_text
 
         if self.upload.value:
             return None
@@ -184,7 +184,7 @@ class _OcrPanel:
 
     def chosen_pages(self):
         """The pages to read, rendered on demand: (count, page number -> RGB image)."""
-        from utils.evaluation.typewriter import render_typewriter_page
+        from utils.pages.typewriter import render_typewriter_page
         from utils.pipeline.preprocessing.image_io import load_rgb_image
         from utils.pipeline.preprocessing.pdf import PdfPages, is_pdf
 
@@ -279,8 +279,8 @@ class _OcrPanel:
 
 def _joined_html(readings: list[str], truths: list[str]) -> str:
     """The readings of a typed text's pages joined as the text reads, beside the typed text's rows joined the same
-    way, with its CER (`utils.evaluation.typewriter.joined_reading`)."""
-    from utils.evaluation.typewriter import joined_reading
+    way, with its CER (`utils.pages.typewriter.joined_reading`)."""
+    from utils.pages.typewriter import joined_reading
     from utils.notebook.step_view import reading_html
 
     return (f"<div class='dspark-joined'><h4>The typed text, read as {len(readings)} pages and joined</h4>"

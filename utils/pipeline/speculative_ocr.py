@@ -18,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from utils.contract.draft import ExportedDraft
 from utils.contract.target import ExportedTarget
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD, SpeculativeDecoder
 from utils.engine.device import compile_properties, inference_precision, resolve_device
-from utils.engine.draft import DSparkProposer, ExportedDraft
+from utils.engine.draft import DSparkProposer
 from utils.engine.metrics import GenerationMetrics
 from utils.engine.proposal import Proposer
 from utils.engine.step_cost import StepCost

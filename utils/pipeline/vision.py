@@ -17,7 +17,7 @@ import openvino as ov
 
 from utils.contract import (DOWNSAMPLE_MODE_RT_INFO_KEY, INPUT_IDS, PIXEL_VALUES, TARGET_SIZES, TEXT_EMBEDDINGS_NAME,
                             VISION_EMBEDDINGS_NAME)
-from utils.engine.device import openvino_core
+from utils.contract.core import openvino_core
 from utils.engine.timing import Clock
 from utils.contract.processor import ImageProcessorConfig
 

@@ -1,7 +1,7 @@
 """How well a draft predicts its target on pages it never saw: tokens per step and confidence AUC.
 
 Runs the PyTorch reference `speculative_generate` on the held-out sample pages
-(`utils.evaluation.reading_pages.sample_pages()`) and reads the step records. The confidence head predicts, per
+(`utils.pages.reading_pages.sample_pages()`) and reads the step records. The confidence head predicts, per
 position, whether the draft token is accepted given that the earlier ones were (DeepSpec's per-position acceptance),
 so its AUC compares the accepted positions with the first rejected position of each step; positions after a
 rejection were drafted from a wrong prefix and are not scored.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from utils.evaluation.acceptance import confidence_auc, scored_positions
-from utils.evaluation.pages import SAMPLE_PROMPTS
+from utils.pages.samples import SAMPLE_PROMPTS
 
 __all__ = ["AcceptanceReport", "confidence_auc", "scored_positions", "measure_acceptance"]
 
@@ -70,7 +70,7 @@ def measure_acceptance(target_dir: Path | str, draft_dir: Path | str, *, pages: 
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from utils.checkpoint.draft import TargetSpec
-    from utils.evaluation.reading_pages import sample_pages
+    from utils.pages.reading_pages import sample_pages
     from utils.reference.modeling import load_reference_draft
     from utils.reference.speculative import DSparkDrafter, TargetRunner, speculative_generate
     from utils.tiny.distill_data import prompt_inputs

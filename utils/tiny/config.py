@@ -10,9 +10,9 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from utils.checkpoint.config import check_layer_ids
-from utils.evaluation.pages import SAMPLE_PROMPTS
-from utils.evaluation.reading_pages import REFINING_KINDS, TRAINING_KINDS
-from utils.evaluation.typewriter import PAGE_CELLS
+from utils.pages.samples import SAMPLE_PROMPTS
+from utils.pages.reading_pages import REFINING_KINDS, TRAINING_KINDS
+from utils.pages.typewriter import PAGE_CELLS
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 from utils.tiny.tokenizer import BYTE_VOCABULARY
 
@@ -130,7 +130,7 @@ READING_PAIR = {"tokenizer_vocab_size": BYTE_VOCABULARY, "draft_vocab_size": 96,
 # How a reading pair's draft distils (`DistillConfig`): on the pages its target reads, to their end, told where on
 # the page the characters it predicts are (`alignment_weight`), on 32 anchors of each answer per step, asked with
 # the default prompt only: the draft learns the one offset from its block to the glyphs it predicts, which the
-# page's shape and the prompt's length fix (`utils.evaluation.typewriter.PAGE_ROWS`).
+# page's shape and the prompt's length fix (`utils.pages.typewriter.PAGE_ROWS`).
 READING_DISTILL = {"page_style": "typewriter", "prompts": (DEFAULT_PROMPT,), "max_new_tokens": PAGE_CELLS,
                    "pages": 64, "steps": 1500, "anchors_per_sequence": 32, "alignment_weight": 1.0,
                    "calibration_pages": 64}
@@ -163,7 +163,7 @@ class PretrainConfig:
 
 @dataclass(frozen=True)
 class ReaderConfig:
-    """How `utils.tiny.reader` trains the tiny target to read generated pages (`utils.evaluation.reading_pages`).
+    """How `utils.tiny.reader` trains the tiny target to read generated pages (`utils.pages.reading_pages`).
 
     The defaults take about 45 minutes on two CPU cores (a few minutes more go to measuring the learning curve).
     """
@@ -179,7 +179,7 @@ class ReaderConfig:
     # answers' margins clear the rounding of a lower precision (bf16 rounds at 2^-9, about 0.002).
     precision_noise: float = 0.01
     # The page kinds trained on, in turn: documents and as many pages of text no language prior predicts, so that
-    # the reader finds its place by the page, not by what it expects to write (`utils.evaluation.reading_pages`).
+    # the reader finds its place by the page, not by what it expects to write (`utils.pages.reading_pages`).
     kinds: tuple[str, ...] = TRAINING_KINDS
     sparse_share: float = 0.25  # pages with fewer, blank or short rows: any text that fits the grid
     checkpoints: int = 6  # held-out CER measured this many times during training: the learning curve

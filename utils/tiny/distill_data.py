@@ -20,9 +20,9 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from utils.evaluation.pages import CORPUS_PATH, printed_sample_pages, render_page
-from utils.evaluation.reading_pages import TRAINING_KINDS, iter_reading_pages
-from utils.evaluation.typewriter import Ink
+from utils.pages.samples import CORPUS_PATH, printed_sample_pages, render_page
+from utils.pages.reading_pages import TRAINING_KINDS, iter_reading_pages
+from utils.pages.typewriter import Ink
 from utils.reference.speculative import TargetRunner
 
 __all__ = ["DistillSequence", "prompt_inputs", "training_lines", "training_passages", "training_pages", "collect_sequences"]
@@ -78,7 +78,7 @@ def training_passages(count: int, *, seed: int, max_lines: int = 12) -> list[tup
 def training_pages(count: int, *, seed: int, style: str = "corpus") -> list[Image.Image]:
     """`count` training page images: the pages of `training_passages` ("corpus"), or generated typewriter pages
     of the training split inked at random, documents and unpredictable text in turn ("typewriter",
-    `utils.evaluation.reading_pages.TRAINING_KINDS`): a draft that must guess random strings learns to read ahead."""
+    `utils.pages.reading_pages.TRAINING_KINDS`): a draft that must guess random strings learns to read ahead."""
     if style == "typewriter":
         pages = iter_reading_pages(seed=seed, split="train", kinds=TRAINING_KINDS, ink=Ink.random)
         return [page.image for page in itertools.islice(pages, count)]

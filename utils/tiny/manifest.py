@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from utils.evaluation.typewriter import PAGE_CELLS
+from utils.pages.typewriter import PAGE_CELLS
 from utils.files import sha256_file
 from utils.tiny.config import BUILD_STAMP
 
@@ -58,7 +58,7 @@ def held_out_figures(root: Path, stamp: dict) -> dict:
     prompts the draft was distilled for (a reading pair's draft learns the default prompt's offset only)."""
     from tqdm.auto import tqdm
 
-    from utils.evaluation.pages import SAMPLE_PROMPTS
+    from utils.pages.samples import SAMPLE_PROMPTS
     from utils.tiny.acceptance import measure_acceptance
 
     budget, prompts = held_out_max_new_tokens(stamp), stamp.get("distill", {}).get("prompts", list(SAMPLE_PROMPTS))

@@ -3,7 +3,7 @@
 A model of two megabytes, trained from random weights on one CPU thread, learns to read generated pages in
 about 40 minutes when four things hold (`docs/tiny-pair.md` has the learning curve):
 
-1. **Glyphs it can resolve.** Typewriter pages (`utils.evaluation.typewriter`) put one character in each
+1. **Glyphs it can resolve.** Typewriter pages (`utils.pages.typewriter`) put one character in each
    28-pixel cell, which is one image token, and the processor passes such a page at its own size. Image token k
    of a page is character k of its text (rows padded to the page width, a line break in the blank last column,
    EOS in the last row's). The target's tokenizer must give one token per character (`READING_PAIR`).
@@ -17,7 +17,7 @@ about 40 minutes when four things hold (`docs/tiny-pair.md` has the learning cur
    attention weight, in every head). Nothing of this reaches inference: positions stay the engine's
    ordinary sequential ones, and the head and the loss are dropped when training ends.
 
-Every step trains on `examples_per_step` generated pages (`utils.evaluation.reading_pages`), inked at random
+Every step trains on `examples_per_step` generated pages (`utils.pages.reading_pages`), inked at random
 (glyph size, grey levels, glyphs moved by up to 2 pixels), with every linear layer's input perturbed by
 `precision_noise` (`add_precision_noise`), so that the answers keep their margins under a lower precision's
 rounding. A learning curve (greedy CER on held-out pages, whose rows no training page shows) is measured at
@@ -37,9 +37,9 @@ import numpy as np
 import torch
 
 from utils.evaluation.character_error_rate import character_error_rate
-from utils.evaluation.reading_pages import HARD_KINDS, ReadingPage, iter_reading_pages, reading_pages
+from utils.pages.reading_pages import HARD_KINDS, ReadingPage, iter_reading_pages, reading_pages
 from utils.contract.target import TARGET_CONFIG, TYPEWRITER_PAGE
-from utils.evaluation.typewriter import CELL, PAGE_ROWS, PAGE_WIDTH, Ink
+from utils.pages.typewriter import CELL, PAGE_ROWS, PAGE_WIDTH, Ink
 from utils.tiny.config import ReaderConfig
 from utils.tiny.distill_data import prompt_inputs
 from utils.tiny.pretrain import zero_padding_rows

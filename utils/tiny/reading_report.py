@@ -1,6 +1,6 @@
 """What a tiny pair shows a newcomer: how well it reads and drafts through the OpenVINO engine, as the CLI runs it.
 
-Exports the pair to a temporary folder, then reads held-out generated pages (`utils.evaluation.reading_pages`,
+Exports the pair to a temporary folder, then reads held-out generated pages (`utils.pages.reading_pages`,
 rows no training page shows) with `SpeculativeOcrPipeline`:
 
 - at the CLI's defaults: the device's default precision for target and draft (bf16 on a CPU with AMX or
@@ -11,7 +11,7 @@ rows no training page shows) with `SpeculativeOcrPipeline`:
 
 Then what shows whether it reads rather than recites, each at the CLI's defaults: held-out pages of uniformly random
 printable ASCII (no language prior helps the target or the draft there), the pages written by hand for the test
-(`utils.evaluation.written_pages`: code, tables, symbols, lists, ...), held-out pages with blank and short rows, the
+(`utils.pages.written_pages`: code, tables, symbols, lists, ...), held-out pages with blank and short rows, the
 pages whose reading repeats or skips a row, an image of another shape (a typewriter page of 3 rows of 16 characters
 not padded to the one shape: the pipeline's notice, and where it stops), and one page of held-out rows in a font the
 reader never saw (PIL's default font at 24 px, proportional, off the grid). The figures go into the shipped pair's
@@ -30,11 +30,11 @@ from PIL import Image, ImageDraw, ImageFont
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.evaluation.acceptance import confidence_auc, scored_positions
 from utils.evaluation.character_error_rate import character_error_rate, row_slip
-from utils.evaluation.hard_pages import (DIGIT_GRID_PAGES, LOOK_ALIKE_PAGES_PER_SIZE, digit_grid_pages, glyph_confusion,
-                                         look_alike_pages)
-from utils.evaluation.reading_pages import TRAINING_KINDS, ReadingPage, reading_pages
-from utils.evaluation.typewriter import page_text, render_typewriter_page
-from utils.evaluation.written_pages import written_pages
+from utils.evaluation.glyph_confusion import glyph_confusion
+from utils.pages.hard_pages import DIGIT_GRID_PAGES, LOOK_ALIKE_PAGES_PER_SIZE, digit_grid_pages, look_alike_pages
+from utils.pages.reading_pages import TRAINING_KINDS, ReadingPage, reading_pages
+from utils.pages.typewriter import page_text, render_typewriter_page
+from utils.pages.written_pages import written_pages
 
 __all__ = ["READING_PAGES", "WALKS", "measure_reading", "read_hard_pages", "hard_pages_summary", "reading_report_summary", "reading_rows", "unseen_font_page",
            "another_shape_page"]
@@ -86,7 +86,7 @@ def _read(pipeline, pages: Sequence[ReadingPage], **options) -> dict:
 
 
 def read_hard_pages(pipeline, *, per_size: int = LOOK_ALIKE_PAGES_PER_SIZE, grids: int = DIGIT_GRID_PAGES) -> dict:
-    """Reads the held-out look-alike pages (every glyph size) and digit grids (`utils.evaluation.hard_pages`) at the
+    """Reads the held-out look-alike pages (every glyph size) and digit grids (`utils.evaluation.glyph_confusion`) at the
     CLI's defaults: per kind the CER, tokens per step, row slips and readings that reached the budget, and for the
     look-alikes the accuracy of every look-alike class and the most frequent confusions."""
     look, grid = look_alike_pages(per_size), digit_grid_pages(grids)

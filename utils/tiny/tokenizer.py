@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from utils.evaluation.pages import CORPUS_PATH
+from utils.pages.samples import CORPUS_PATH
 
 __all__ = ["SPECIAL_TOKENS", "BYTE_VOCABULARY", "MULTIMODAL_TOKENS", "EOS_TOKEN", "PAD_TOKEN", "MASK_TOKEN",
            "CHAT_TEMPLATE", "train_tokenizer"]

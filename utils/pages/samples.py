@@ -1,7 +1,7 @@
 """Sample pages, drawn offline (no downloads), each knowing its own text.
 
 The sample pages every notebook, the app and the benchmarks show are generated typewriter pages of the
-held-out split (`utils.evaluation.reading_pages.sample_pages`): what the shipped tiny pair reads.
+held-out split (`utils.pages.reading_pages.sample_pages`): what the shipped tiny pair reads.
 `printed_sample_pages` are documents printed from the shipped corpus in PIL's built-in font (the
 corpus-writing recipe holds them out, and no generated page shows their rows: `sample_rows`). The tiny reader
 does not read those: it reads pages like the ones it was trained on (`docs/tiny-pair.md`).

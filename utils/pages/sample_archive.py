@@ -1,6 +1,6 @@
 """A small document archive drawn offline, to try and test archive reading: typed pages, a PDF and a broken file.
 
-The pages are held-out reading pages (`utils.evaluation.reading_pages`), which the shipped tiny pair reads; the
+The pages are held-out reading pages (`utils.pages.reading_pages`), which the shipped tiny pair reads; the
 PDF's pages are written at `PDF_DPI`, so they render back at the page's own size, the one shape the tiny
 reader reads.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from utils.evaluation.reading_pages import reading_pages
+from utils.pages.reading_pages import reading_pages
 from utils.pipeline.preprocessing.pdf import PDF_DPI
 
 __all__ = ["ARCHIVE_SEED", "BROKEN_FILE", "write_sample_archive"]

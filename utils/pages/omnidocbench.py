@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from utils.evaluation.pages import SamplePage
+from utils.pages.samples import SamplePage
 
 __all__ = ["OMNIDOCBENCH_ID", "ANNOTATIONS", "SEED_PAGE", "pages_per_category", "download_omnidocbench_pages"]
 

@@ -1,4 +1,4 @@
-"""Pages written by hand for measuring the tiny reader: text no generator of `utils.evaluation.reading_pages` makes.
+"""Pages written by hand for measuring the tiny reader: text no generator of `utils.pages.reading_pages` makes.
 
 A reader trained on generated pages can score well on that generator's held-out pages and still not read: it may
 find its place by what it expects to write. These pages hold what a person would type to test it (code, tables,
@@ -9,8 +9,8 @@ them; `docs/tiny-pair.md` reports each page's reading.
 
 from __future__ import annotations
 
-from utils.evaluation.pages import SamplePage
-from utils.evaluation.typewriter import page_text, render_typewriter_page, typed_lines
+from utils.pages.samples import SamplePage
+from utils.pages.typewriter import page_text, render_typewriter_page, typed_lines
 
 __all__ = ["WRITTEN_TEXTS", "written_pages"]
 

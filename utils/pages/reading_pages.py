@@ -2,7 +2,7 @@
 kinds of text that no language model can predict.
 
 Every page is drawn from a seed (the same seed gives the same page everywhere) as a typewriter page
-(`utils.evaluation.typewriter`): one character per image token, read row by row. The seven document kinds
+(`utils.pages.typewriter`): one character per image token, read row by row. The seven document kinds
 (`PAGE_KINDS`) take their words from the shipped corpus; names, numbers, amounts, dates and percentages are random.
 The unpredictable kinds (`UNPREDICTABLE_KINDS`: uniformly random printable ASCII, code with made-up names, bordered
 tables, symbol runs, mixed-case strings) give a reader nothing to recite: it must read every glyph and keep its
@@ -10,7 +10,7 @@ place by where it is on the page, not by what it expects to write. A reader trai
 on pages with blank rows and short lines (`sparse_share`), which any text that fits the grid gives. Each row belongs to one split by a hash of
 its text, so a held-out page shows only rows that no training page can show: "text never seen in training"
 holds by construction, whatever the number of training pages. No row of a sample page
-(`utils.evaluation.pages.sample_rows`) is ever generated.
+(`utils.pages.samples.sample_rows`) is ever generated.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from functools import cache
 
 import numpy as np
 
-from utils.evaluation.pages import CORPUS_PATH, SamplePage, sample_rows
-from utils.evaluation.typewriter import (GLYPHS, PAGE_ROWS, PAGE_WIDTH, Ink, fit_page, page_text,
+from utils.pages.samples import CORPUS_PATH, SamplePage, sample_rows
+from utils.pages.typewriter import (GLYPHS, PAGE_ROWS, PAGE_WIDTH, Ink, fit_page, page_text,
                                          render_typewriter_page)
 
 __all__ = ["PAGE_KINDS", "UNPREDICTABLE_KINDS", "TRAINING_KINDS", "HARD_KINDS", "REFINING_KINDS", "LOOK_ALIKE_CLASSES",
