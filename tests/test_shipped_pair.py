@@ -39,7 +39,9 @@ def test_the_shipped_pair_met_the_ship_bounds_when_it_was_built(manifest):
     ship (issue 34's table): it reads held-out generated pages, random strings, pages written by hand and pages with
     blank or short rows, keeps its place (rows neither repeated nor skipped), reads each page differently, keeps its
     answer at the device's default precision, drafts at the CLI's defaults and at f32, and its calibrated
-    confidence ranks (issue 35's goal: AUC 0.85 at f32 and at the defaults)."""
+    confidence ranks (issue 35's goal: AUC 0.85 at f32 and at the defaults). The written pages' CER, which missed
+    its bound, is read again below; that speculative decoding writes the target's tokens is measured again by
+    tests/test_lossless_trained_draft.py, not read from here."""
     reading = manifest["reading"]
     pages, cli = reading["pages"], reading["cli_defaults"]
     exact = reading["f32_every_draft_verified"]
@@ -47,7 +49,6 @@ def test_the_shipped_pair_met_the_ship_bounds_when_it_was_built(manifest):
     assert pages >= 40 and reading["split"] == "held-out"
     assert cli["cer"] <= 0.02 and exact["top_k_scorer"]["cer"] <= 0.02
     assert random["cer"] <= 0.03 and sparse["cer"] <= 0.03
-    assert written["cer"] <= 0.035  # the ship bound was 3%: the shipped pair measured 3.3% (its formulas page, 30%)
     read = pages + random["pages"] + len(written["readings"]) + sparse["pages"]
     slips = cli["row_slips"] + random["row_slips"] + written["row_slips"] + sparse["row_slips"]
     assert cli["row_slips"] <= 1 and 40 * slips <= read  # at most one page in 40 loses its place
@@ -56,12 +57,11 @@ def test_the_shipped_pair_met_the_ship_bounds_when_it_was_built(manifest):
     assert cli["tokens_per_step"] >= 5.0 and random["tokens_per_step"] >= 3.0
     assert exact["top_k_scorer"]["tokens_per_step"] >= 5.0 and exact["top_k_scorer"]["confidence_auc"] >= 0.85
     assert cli["confidence_auc"] >= 0.85  # the 0.5 cut scored too: the first cut draft meets the target's next token
-    assert reading["speculative_equals_target_only_at_f32"]
     shape = reading["another_shape"]
     cells = (shape["image_size"][0] // CELL) * (shape["image_size"][1] // CELL)  # one image token per cell
     assert shape["notice"] and shape["tokens"] <= cells + TYPEWRITER_SLACK
     training = manifest["training"]["reading"]
-    assert training["held_out_cer"] <= 0.02 and training["train_seconds"] <= 90 * 60
+    assert training["held_out_cer"] <= 0.02  # its training time is this machine's: docs/tiny-pair.md states it
 
 
 @pytest.fixture(scope="module")
@@ -78,23 +78,36 @@ def readings():
             [alone.generate(page.image) for page in pages])
 
 
+SHIP_CER = 0.02  # issue 34's ship bound for generated pages (docs/tiny-pair.md); 3% for pages written by hand
+WRITTEN_SHIP_CER = 0.03
+WORST_PAGE_GOAL = 0.03  # issue 48's goal for any one page
+MISSED = ("a goal the shipped pair misses (docs/tiny-pair.md): the reader runs on past rows of digits and confuses "
+          "look-alike glyphs; strict, so that the pair that meets it must remove this mark")
+
+
 @pytest.mark.slow
 def test_the_shipped_pair_reads_the_sample_pages(readings):
-    """What a newcomer sees first: every sample page read, each differently, close to its text, and the draft
-    accepted for several tokens a step; the speculative text is the target's own, token for token (f32).
-    Measured when the pair shipped: CER 2.7%, 5.23 tokens per step; 8 pages at 0 to 1.2%, and the numbers and
-    receipt pages (13.7%, 11.2%) each run on past one row of digits before the reader finds its place again."""
+    """What a newcomer sees first: every sample page read, each differently, the draft accepted for several tokens
+    a step (the ship bound, 5), and the speculative text the target's own (f32)."""
     from utils.engine.verification import mean_tokens_per_step
 
     pages, speculative, alone = readings
     texts = [result.texts[0] for result in speculative]
     assert texts == [result.texts[0] for result in alone]
     assert len(set(texts)) == len(pages)
-    for page, text in zip(pages, texts, strict=True):
-        assert character_error_rate([(text, page.text)]) <= 0.15, (page.name, text)
-    assert character_error_rate(zip(texts, (page.text for page in pages))) <= 0.05
     steps = [step for result in speculative for step in result.metrics.steps]
     assert mean_tokens_per_step(steps) >= 5.0
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=MISSED)
+def test_the_shipped_pair_reads_the_sample_pages_within_the_bounds(readings):
+    """The ship bound over all sample pages, and the goal for each. Measured at f32: 2.7% over the ten, the numbers
+    page 13.7% and the receipt 11.2% (each runs on past a row of digits), the other eight 0 to 1.2%."""
+    pages, speculative, _ = readings
+    texts = [result.texts[0] for result in speculative]
+    assert character_error_rate(zip(texts, (page.text for page in pages))) <= SHIP_CER
+    assert all(character_error_rate([(text, page.text)]) <= WORST_PAGE_GOAL for page, text in zip(pages, texts))
 
 
 def test_the_shipped_target_answers_through_openvino_as_its_pytorch_model_does(readings):
@@ -115,30 +128,50 @@ def test_the_shipped_target_answers_through_openvino_as_its_pytorch_model_does(r
     assert alone[0].tokens == expected[0, inputs["input_ids"].shape[1]:].tolist()
 
 
-@pytest.mark.slow
-def test_the_shipped_pair_reads_pages_written_by_hand(readings):
-    """Text no generator wrote (code, a bordered table, symbols, a shopping list, blank rows, ...), at f32 with
-    every draft verified: read, not recited, rows in their place (the formulas page ran on past one row's end when
-    the pair shipped). The figures at the CLI's defaults are the manifest's `written_pages` (3.3% CER)."""
-    from utils.evaluation.character_error_rate import row_slip
-    from utils.pages.written_pages import written_pages
+@pytest.fixture(scope="module")
+def written_readings():
+    """The pages written by hand, read through OpenVINO at f32 with every draft verified: (pages, texts)."""
     from utils.models import default_ir_pair
+    from utils.pages.written_pages import written_pages
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
     target, draft = default_ir_pair()
     speculative = SpeculativeOcrPipeline(target, draft, device="CPU", precision="f32", draft_precision="f32")
     pages = written_pages()
-    texts = [speculative.generate(page.image, confidence_threshold=0.0).texts[0] for page in pages]
-    assert character_error_rate(zip(texts, (page.text for page in pages))) <= 0.04
-    assert sum(row_slip(text, page.text) for text, page in zip(texts, pages, strict=True)) <= 1
+    return pages, [speculative.generate(page.image, confidence_threshold=0.0).texts[0] for page in pages]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("walk", WALKS)
-def test_manifest_acceptance_figures_hold_when_measured_again(manifest, walk):
+def test_the_shipped_pair_reads_pages_written_by_hand(written_readings):
+    """Text no generator wrote (code, a bordered table, symbols, a shopping list, blank rows, ...): read, not
+    recited, and rows in their place (the ship bound: one page in 40 repeats or skips a row; here the formulas
+    page runs on past one row's end)."""
+    from utils.evaluation.character_error_rate import row_slip
+
+    pages, texts = written_readings
+    assert len(set(texts)) == len(pages)
+    slips = [page.name for text, page in zip(texts, pages, strict=True) if row_slip(text, page.text)]
+    assert len(slips) <= 1, slips
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=MISSED)
+def test_the_shipped_pair_reads_pages_written_by_hand_within_the_bounds(written_readings):
+    """The CER pages written by hand ship at, and the goal for each page. Measured at f32: 3.2% (the formulas page
+    30%, CSV 7.5%, symbols 3.7%, the other eleven 0 to 1.9%)."""
+    pages, texts = written_readings
+    assert character_error_rate(zip(texts, (page.text for page in pages))) <= WRITTEN_SHIP_CER
+    assert all(character_error_rate([(text, page.text)]) <= WORST_PAGE_GOAL for page, text in zip(pages, texts))
+
+
+@pytest.mark.slow
+def test_manifest_acceptance_figures_hold_when_measured_again(manifest):
     """The PyTorch reference on the sample pages, with the prompt the draft learnt: inference only, so the figures
-    come back; a near-tie may move a token on another CPU, hence the tolerance instead of equality."""
+    come back; a near-tie may move a token on another CPU, hence the tolerance instead of equality. The Top-K
+    scorer only: the dense walk's figures are the same (the manifest records both), so it would repeat this."""
     held_out = manifest["held_out"]
+    walk = "top_k_scorer"
+    assert held_out["dense_walk"] == held_out[walk]
     figures = held_out[walk]
     report = measure_acceptance(SHIPPED_PAIR_DIR / "target", SHIPPED_PAIR_DIR / "draft", prompts=held_out["prompts"],
                                 markov_head_top_k=WALKS[walk], max_new_tokens=held_out["max_new_tokens"])
