@@ -34,22 +34,43 @@ def test_a_random_reading_pair_is_measured_in_every_setting(reading_pair, tmp_pa
     figures = measure_reading(root, pages=2)
     assert figures["pages"] == 2 and figures["split"] == "held-out"
     assert set(figures["f32_every_draft_verified"]) == set(WALKS)
-    assert figures["speculative_equals_target_only_at_f32"] is True
     for walk in figures["f32_every_draft_verified"].values():
-        assert walk["tokens_per_step"] >= 1.0 and walk["cer"] == figures["target_only"]["f32"]["cer"]
+        assert walk["cer"] == figures["target_only"]["f32"]["cer"]
     assert figures["cli_defaults"]["confidence_threshold"] == DEFAULT_CONFIDENCE_THRESHOLD
-    assert 0 <= figures["pages_equal_at_default_and_f32"] <= 2
-    assert figures["default_precision"] in ("f32", "bf16", "f16", "")
-    for part in ("random_pages", "sparse_pages", "written_pages"):
-        assert 0 <= figures[part]["row_slips"] and figures[part]["tokens_per_step"] >= 1.0
+    truth = _read_independently(root, tmp_path / "ir")
+    assert figures["speculative_equals_target_only_at_f32"] == truth["speculative equals target-only at f32"]
+    assert figures["pages_equal_at_default_and_f32"] == truth["pages equal at the defaults and f32"]
+    assert figures["default_precision"] == truth["default precision"]
     assert list(figures["written_pages"]["readings"]) == list(WRITTEN_TEXTS)[:1]  # a quick check reads fewer
     hard = figures["hard_pages"]
     assert hard["look_alikes"]["pages"] == 7 and hard["digit_grids"]["pages"] == 1  # one per glyph size, one grid
     assert set(hard["look_alikes"]["accuracy_by_class"]) == set(LOOK_ALIKE_CLASSES)
-    assert hard["digit_grids"]["reached_budget"] <= 1 and hard["digit_grids"]["tokens_per_step"] >= 1.0
     shape = figures["another_shape"]
     assert "reads only typewriter pages" in shape["notice"] and shape["image_size"] == [17 * CELL, 3 * CELL]
     assert shape["tokens"] <= 3 * 17 + TYPEWRITER_SLACK
     summary = reading_report_summary(figures)
     assert "CLI defaults" in summary and "a font never trained on" in summary and "notice: yes" in summary
     assert "look-alike glyphs (7 pages" in summary and "digit grids (1 pages)" in summary
+
+
+def _read_independently(root, folder) -> dict:
+    """The figures `measure_reading` computes from its own readings, computed again from readings made here: the
+    two held-out pages read by every walk at f32, by the target alone at f32, and at the command line's defaults."""
+    from utils.export.draft import export_draft
+    from utils.export.target import export_target
+    from utils.pages.reading_pages import reading_pages
+    from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
+
+    draft = export_draft(root / "draft", folder / "draft")
+    target = export_target(root / "target", folder / "target", draft=root / "draft")
+    pages = reading_pages(2, seed=0, split="held-out")
+    exact = SpeculativeOcrPipeline(target, draft, device="CPU", precision="f32", draft_precision="f32")
+    alone = [SpeculativeOcrPipeline(target, device="CPU", precision="f32").generate(page.image).tokens
+             for page in pages]
+    walks = [[exact.generate(page.image, confidence_threshold=0.0, markov_head_top_k=top_k).tokens for page in pages]
+             for top_k in WALKS.values()]
+    defaults = SpeculativeOcrPipeline(target, draft, device="CPU")
+    cli = [defaults.generate(page.image).tokens for page in pages]
+    return {"speculative equals target-only at f32": all(tokens == alone for tokens in walks),
+            "pages equal at the defaults and f32": sum(a == b for a, b in zip(cli, alone)),
+            "default precision": defaults.inference_precision}
