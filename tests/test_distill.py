@@ -119,11 +119,11 @@ def test_distilled_draft_lands_in_an_honest_band_on_held_out_pages(distilled):
     On the sample pages with the prompt the draft learns (the first 48 tokens of each reading), the random draft
     reaches 1.00 tokens per step; this small distillation (60 steps on 16 pages) reached 1.32 tokens per step,
     120 drafts accepted and 346 rejected, AUC 0.85 here (150 steps: 1.50; the shipped recipe's 1,500 steps on
-    64 pages: 6.84 over whole pages). The band asks for a draft clearly better than chance, with real rejections
-    and a confidence head that ranks.
+    64 pages: 6.84 over whole pages). The bounds ask for a draft clearly better than chance (more than one draft
+    in seven steps accepted), with real rejections and a confidence head that ranks better than a coin.
     """
     report = measure_acceptance(*distilled, prompts=SMALL.prompts, max_new_tokens=48)
-    assert 1.15 <= report.tokens_per_step <= 7.0, report
+    assert report.tokens_per_step >= 1.15, report
     assert report.accepted_positions >= 50 and report.rejected_positions >= 10, report
     assert report.confidence_auc > 0.6, report
 
