@@ -68,6 +68,7 @@ def test_differing_pages_lists_only_pages_whose_variants_disagree():
     assert differing_pages(rows) == ["b"]
 
 
+@pytest.mark.slow
 def test_walk_margins_compare_the_walks_on_every_drafted_position(pipeline):
     margins = walk_margins(pipeline, sample_pages()[:1], max_new_tokens=24)
     assert margins["positions"] == len(margins["logit_leads"]) > 0

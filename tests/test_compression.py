@@ -129,6 +129,7 @@ def test_compressed_draft_passes_the_runtime_checks_and_stays_close(compressed, 
     assert agreement["int8"] >= agreement["int4"] and agreement["int8"] >= 0.75, agreement
 
 
+@pytest.mark.slow
 def test_the_shipped_reader_compressed_int8_writes_the_fp32_answers(tmp_path):
     """INT8 is the default target format because it keeps the answer (docs/performance.md): at f32 inference, so
     only the weights differ, the shipped reader's INT8 target writes its fp32 target's tokens on the sample pages."""

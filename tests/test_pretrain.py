@@ -50,6 +50,7 @@ def test_pretraining_lowers_the_loss_on_held_out_pages(pretrained, tiny_pair):
     assert answer_loss(pretrained.target, HELD_OUT) < answer_loss(tiny_pair.target, HELD_OUT) - 0.2
 
 
+@pytest.mark.slow
 def test_pretrained_target_keeps_its_files_and_never_writes_padding_ids(pretrained, tiny_pair):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 

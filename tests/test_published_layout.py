@@ -19,6 +19,8 @@ import pytest
 from utils.pages.samples import printed_sample_pages
 from utils.tiny.published import PUBLISHED_CHAT_TEMPLATE, write_published_layout
 
+pytestmark = pytest.mark.slow  # exports the published layout and reads whole pages against transformers
+
 PAGES = printed_sample_pages()  # document-like pages the published processor resizes (parity below)
 RECIPE_SLICES = 9  # the model card's max_slice_nums
 
@@ -272,7 +274,6 @@ def test_chat_template_arguments_pass_through_the_command_line(published_ir, tmp
     assert "must be a JSON object" in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_the_notebooks_helpers_run_on_the_published_pair(published, published_ir, tmp_path):
     from utils.evaluation.benchmark import BenchConfig, run_benchmark
     from utils.evaluation.compression_report import compression_report

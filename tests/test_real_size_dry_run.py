@@ -13,6 +13,8 @@ import pytest
 
 from benchmarks.real_size_dry_run import COLUMNS, FULL_PAGE_SIZE, full_page, main
 
+pytestmark = pytest.mark.slow  # builds, exports and runs models in child processes
+
 NEW_TOKENS = 8
 CONTEXT = 160
 MODES = ("4x", "16x")
@@ -31,7 +33,6 @@ def dry_run(tmp_path_factory):
     return tables, printed.getvalue(), work
 
 
-@pytest.mark.slow
 def test_the_table_has_every_column_and_a_row_per_step(dry_run):
     tables, out, _ = dry_run
     assert list(tables) == ["int8"]

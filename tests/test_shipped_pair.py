@@ -110,6 +110,7 @@ def test_the_shipped_pair_reads_the_sample_pages_within_the_bounds(readings):
     assert all(character_error_rate([(text, page.text)]) <= WORST_PAGE_GOAL for page, text in zip(pages, texts))
 
 
+@pytest.mark.slow
 def test_the_shipped_target_answers_through_openvino_as_its_pytorch_model_does(readings):
     """Every dimension of its attention heads rotates (`partial_rotary_factor` 1.0, unlike the real target's 0.25):
     the exported graph must rotate them as transformers does. Greedy tokens equal at f32 on the first sample page."""
