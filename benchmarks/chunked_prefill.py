@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.cpu_speedup import UPSTREAM_TAU
-from benchmarks.engine_efficiency import BLOCK_SIZE, ForcedAcceptanceProposer, TableEmbeddings, tau_schedule
+from benchmarks.harness import BLOCK_SIZE, TableEmbeddings
 from benchmarks.real_size_model import EMBEDDINGS_FILE, export_random_text_model
+from benchmarks.stand_ins import ForcedAcceptanceProposer, tau_schedule
 from utils.cli import command_parser, float_between, int_at_least
 from utils.evaluation.compare import first_difference
 

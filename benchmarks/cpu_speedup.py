@@ -2,7 +2,7 @@
 confident prefix, and the memory roofline.
 
 One run, configurations interleaved (rounds rotate their order, so drift of the shared CPU hits all alike),
-with the random real-size pair of `benchmarks.engine_efficiency`, the target sharpened to trained-like margins
+with the random real-size pair of `benchmarks.harness`, the target sharpened to trained-like margins
 (`benchmarks.real_size_model.sharpen_margins`, `--input-scale`; `benchmarks.margins` measures them). The target
 (int8 weights) runs at each of `--precisions`: at f32, the reference precision, every run's tokens must equal
 the target-only tokens, or the script stops; at the device's default (bf16 on this CPU) a block and single
@@ -26,7 +26,7 @@ target-only step's margin there over the logits' spread).
     python -m benchmarks.cpu_speedup [--contexts 1024 3072] [--precisions f32 default]
                                      [--thresholds 0 0.3 0.5 0.7 0.9] [--json FILE]
 
-Artefacts are cached in --work and shared with `benchmarks.engine_efficiency` (the first run builds them:
+Artefacts are cached in --work and shared with the other benchmarks (`benchmarks.harness`; the first run builds them:
 ~10 min and ~11 GB of peak memory on the 2-core machine).
 """
 
@@ -39,10 +39,12 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.engine_efficiency import (BLOCK_SIZE, VERIFY_LENGTH, ForcedAcceptanceProposer, add_run_options,
-                                          StepCounters, TableEmbeddings, check_invariant, in_round_order,
-                                          prepare_draft, prepare_target, summarize, tau_schedule)
+from benchmarks.engine_efficiency import check_invariant
+from benchmarks.harness import (BLOCK_SIZE, TableEmbeddings, add_run_options, add_work_option, in_round_order,
+                                prepare_draft, prepare_target)
 from benchmarks.margins import LogitRecorder, top_margins
+from benchmarks.real_size_model import VERIFY_LENGTH
+from benchmarks.stand_ins import ForcedAcceptanceProposer, StepCounters, summarize, tau_schedule
 from benchmarks.real_size_model import EMBEDDINGS_FILE
 from benchmarks.roofline import bytes_per_token, memory_bandwidth, roofline_row, weight_bytes
 from utils.cli import add_json_option, command_parser, float_between, int_at_least, write_json
@@ -272,8 +274,7 @@ def print_tables(rows: list[dict], roofline: list[dict]) -> None:
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = command_parser("benchmarks.cpu_speedup", __doc__)
-    parser.add_argument("--work", metavar="DIR", type=Path, default=Path("/tmp/dspark-engine-bench"),
-                        help="cache folder for the random models and their IRs (shared with engine_efficiency)")
+    add_work_option(parser)
     parser.add_argument("--contexts", metavar="N", type=int_at_least(1), nargs="+", default=[1024, 3072],
                         help="context tokens")
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS),

@@ -7,7 +7,7 @@ times `--steps` steady steps, each adding `--new-context` positions (the tokens 
 to C afterwards, as a rollback would, so every timed step sees the same context. Host time (the cache's append)
 is reported apart from the two inferences.
 
-The draft is the random real-size DSpark draft of `benchmarks.engine_efficiency` (`--draft-format`, built in
+The draft is the random real-size DSpark draft of `benchmarks.harness` (`--draft-format`, built in
 --work on first use), or any exported draft folder (`--draft DIR`). Contexts and precisions take turns round by
 round, so drift of the shared CPU hits them alike.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.engine_efficiency import in_round_order
+from benchmarks.harness import add_work_option, in_round_order, prepare_draft
 from utils.cli import command_parser, int_at_least
 from utils.contract import INPUTS_EMBEDS, WEIGHT_FORMATS
 from utils.engine.device import PRECISIONS, compile_properties, inference_precision
@@ -36,8 +36,6 @@ from utils.engine.draft import DraftModel, MarkovHead
 def _draft_folder(args) -> Path:
     if args.draft is not None:
         return args.draft
-    from benchmarks.engine_efficiency import prepare_draft
-
     return prepare_draft(args.work, args.draft_format)
 
 
@@ -89,8 +87,7 @@ def main(argv: list[str] | None = None) -> None:
                                                                   "real-size draft, built in --work)")
     parser.add_argument("--draft-format", default="int4", choices=WEIGHT_FORMATS,
                         help="weights of the random real-size draft")
-    parser.add_argument("--work", metavar="DIR", type=Path, default=Path("/tmp/dspark-engine-bench"),
-                        help="where the random real-size draft is cached")
+    add_work_option(parser)
     parser.add_argument("--contexts", metavar="N", type=int_at_least(1), nargs="+", default=[1024, 3072])
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
     parser.add_argument("--steps", metavar="N", type=int_at_least(1), default=10, help="timed steps per round")

@@ -36,220 +36,23 @@ checkpoint; 1.2 GB draft IR); the first run builds them (7 min on the shared 2-c
 from __future__ import annotations
 
 import argparse
-import gc
-import math
-import shutil
 import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.real_size_model import (EMBEDDINGS_FILE, VERIFY_LENGTH, export_random_text_model,
-                                        real_size_draft_config, real_size_text_config, write_random_draft)
+from benchmarks.harness import (BLOCK_SIZE, TableEmbeddings, add_run_options, add_work_option, in_round_order,
+                                prepare_draft, prepare_target)
+from benchmarks.real_size_model import EMBEDDINGS_FILE, VERIFY_LENGTH
+from benchmarks.stand_ins import ForcedAcceptanceProposer, StepCounters, summarize, tau_schedule
 from utils.cli import add_json_option, command_parser, float_between, int_at_least, write_json
-from utils.contract import WEIGHT_FORMATS, LanguageModelConfig
+from utils.contract import WEIGHT_FORMATS
 from utils.engine.decoder import SpeculativeDecoder
+from utils.engine.device import PRECISIONS
 from utils.engine.draft import DSparkProposer
-from utils.engine.proposal import Proposal
-from utils.engine.step_cost import StepCost
-from utils.engine.timing import Clock, StageTimer
 from utils.evaluation.compare import first_difference
 
-__all__ = ["add_run_options", "TableEmbeddings", "tau_schedule", "ForcedAcceptanceProposer", "StepCounters", "in_round_order",
-           "check_invariant", "summarize", "main"]
-
-BLOCK_SIZE = VERIFY_LENGTH - 1
-PREFILL_CHUNK = 128
-COUNTERS = ("wall", "target", "session", "draft", "markov", "draft_stage", "markov_stage")
-
-
-def _exported_as_now(folder: Path) -> bool:
-    """Whether `folder` holds a language model of this exporter's layout and of the benchmark's call lengths."""
-    try:
-        config = LanguageModelConfig.read(folder)
-    except ValueError:  # an older exporter's layout
-        return False
-    return (config.prefill_chunk, config.verify_length) == (PREFILL_CHUNK, VERIFY_LENGTH)
-
-
-def prepare_target(work: Path, weight_format: str, *, input_scale: float | None = None) -> Path:
-    """The exported random target (and its embedding table as .npy) in `work`, built on first use.
-
-    With `input_scale`, the target has trained-like margins (`benchmarks.real_size_model.sharpen_margins`) and a
-    folder of its own.
-    """
-    from utils.files import atomic_directory
-
-    folder = work / (f"target-{weight_format}" if input_scale is None else f"target-{weight_format}-x{input_scale:g}")
-    if folder.is_dir() and _exported_as_now(folder):
-        return folder
-    if folder.is_dir():  # exported by an older exporter or with other lengths: export again
-        shutil.rmtree(folder)
-    with atomic_directory(folder) as staging:
-        export_random_text_model(staging, weight_format=weight_format, prefill_chunk=PREFILL_CHUNK,
-                                 input_scale=input_scale)
-    return folder
-
-
-def prepare_draft(work: Path, weight_format: str) -> Path:
-    """The exported random real-size draft in `work`, built (checkpoint, then IR) on first use."""
-    from utils.export.draft import export_draft
-    from utils.files import atomic_directory
-    from utils.models import current_draft_export
-
-    source, folder = work / "draft-checkpoint", work / f"draft-{weight_format}"
-    if not source.is_dir():
-        text_config = real_size_text_config()
-        config = real_size_draft_config(text_config, block_size=BLOCK_SIZE,
-                                        mask_token_id=text_config.vocab_size - 1)
-        with atomic_directory(source) as staging:
-            parameters = write_random_draft(staging, config)
-        print(f"random DSpark draft: {parameters / 1e6:.1f}M parameters", flush=True)
-    if not current_draft_export(folder):  # absent, or exported by older code
-        start = time.perf_counter()
-        export_draft(source, folder, weight_format=weight_format, overwrite=True)
-        print(f"  draft exported ({weight_format}) in {time.perf_counter() - start:.0f} s", flush=True)
-        gc.collect()
-    return folder
-
-
-class TableEmbeddings:
-    """Rows of the target's embedding table, held in numpy: stands in for the text-embedding IR."""
-
-    def __init__(self, table: np.ndarray):
-        self.table = table
-        self.clock = Clock()
-
-    def __call__(self, input_ids: np.ndarray) -> np.ndarray:
-        """[batch, S] int -> [batch, S, H] float32."""
-        with self.clock.measure():
-            return self.table[np.asarray(input_ids)]
-
-
-def accepted_drafts(tau: float, step: int) -> int:
-    """Drafts to accept at step `step` (0-based) so that the running mean of accepted + 1 tracks `tau`."""
-    per_step = tau - 1.0
-    return math.floor((step + 1) * per_step + 1e-9) - math.floor(step * per_step + 1e-9)
-
-
-def tau_schedule(tau: float) -> Callable[[int], tuple[int, tuple[float, ...] | None]]:
-    """step -> (drafts to accept, no confidences of its own): `tau` tokens per step on average."""
-    if not 1.0 <= tau <= VERIFY_LENGTH:
-        raise ValueError(f"tau={tau} must be in [1, {VERIFY_LENGTH}] (tokens per step of a block of "
-                         f"{BLOCK_SIZE} drafts)")
-    return lambda step: (accepted_drafts(tau, step), None)
-
-
-class ForcedAcceptanceProposer:
-    """A stand-in draft with forced acceptance: pays for the real draft and Markov head IRs, proposes known tokens.
-
-    Each step runs the wrapped `DSparkProposer` (so the draft's context cache grows as in real use), then
-    discards its tokens: the first `accepted` proposals of the schedule's step are the target's known greedy
-    continuation, the next one is wrong on purpose, the rest are the draft's own (random) tokens. The
-    confidences are the schedule's, when it has them (a replay of recorded runs), else the draft's. It finds
-    its place in the continuation from the contexts it receives (`utils.engine.proposal`). Without a draft
-    (`draft=None`) nothing is paid for and every proposal after the wrong one is wrong too.
-    """
-
-    def __init__(self, draft: DSparkProposer | None, continuation: list[int], *,
-                 schedule: Callable[[int], tuple[int, tuple[float, ...] | None]], vocab_size: int):
-        self.draft, self.continuation, self.schedule, self.vocab_size = draft, continuation, schedule, vocab_size
-        self.clocks = draft.clocks if draft else ()
-        self.reset()
-
-    def reset(self) -> None:
-        if self.draft:
-            self.draft.reset()
-        self._step, self._generated = 0, None
-
-    def propose(self, anchor, context, *, num_tokens, timer) -> Proposal:
-        walked = self.draft.propose(anchor, context, num_tokens=num_tokens, timer=timer) if self.draft else None
-        self._generated = 1 if self._generated is None else self._generated + len(context)
-        accepted, confidences = self.schedule(self._step)
-        accepted = min(accepted, num_tokens)
-        self._step += 1
-        start = self._generated
-        drafts = list(self.continuation[start:start + accepted])
-        if accepted < num_tokens:
-            wrong = (self.continuation[start + accepted] + 1) % self.vocab_size
-            drafts.append(wrong)
-            drafts += walked.target_ids[accepted + 1:num_tokens] if walked else [wrong] * (num_tokens - len(drafts))
-        if confidences is not None:
-            confidences = (tuple(confidences) + (0.0,) * num_tokens)[:num_tokens]
-        return Proposal(tuple(drafts), walked.confidences if confidences is None and walked else confidences)
-
-
-class StepCounters:
-    """Runs a decoder and records, after every step, the wall clock and the clocks of each part.
-
-    The decoder's `on_step` callback reads them; the difference between two consecutive readings is one
-    step's cost (`COUNTERS`).
-    """
-
-    def __init__(self, decoder: SpeculativeDecoder):
-        self.decoder = decoder
-        self.last_steps = []  # the StepRecords of the last run, the prefill step first
-
-    def _reading(self, timer: StageTimer) -> dict:
-        language_model = self.decoder.language_model
-        clocks = self.decoder.proposer.clocks if self.decoder.proposer else ()
-        draft, markov = (clock.seconds for clock in clocks) if clocks else (0, 0)  # a stand-in runs no IR
-        stages = timer.seconds
-        return {"wall": time.perf_counter(), "target": language_model.clock.seconds,
-                "session": language_model.host_seconds, "draft": draft, "markov": markov,
-                "draft_stage": stages["draft"], "markov_stage": stages["markov_head"]}
-
-    def run(self, context_embeds: np.ndarray, max_new_tokens: int, *, confidence_threshold: float = 0.0,
-            step_cost: StepCost | None = None) -> tuple[list[int], list[dict], float]:
-        """(tokens, per-step counters after the first token, decode seconds) of one generation after the context."""
-        timer, readings, emitted = StageTimer(), [], []
-
-        def record(step, tokens):
-            readings.append(self._reading(timer))
-            emitted.append(len(step.emitted))
-
-        decoded = self.decoder.generate(context_embeds, max_new_tokens=max_new_tokens, timer=timer, on_step=record,
-                                        confidence_threshold=confidence_threshold, step_cost=step_cost)
-        self.last_steps = decoded.metrics.steps
-        steps = [{key: after[key] - before[key] for key in COUNTERS} | {"emitted": count}
-                 for before, after, count in zip(readings, readings[1:], emitted[1:])]
-        return decoded.tokens, steps, decoded.metrics.decode_seconds
-
-
-def _mean_ms(steps: list[dict], key) -> float:
-    return 1000 * statistics.fmean(key(step) if callable(key) else step[key] for step in steps)
-
-
-def _infer(step: dict) -> float:
-    return step["target"] + step["draft"] + step["markov"]
-
-
-def summarize(steps: list[dict]) -> dict:
-    """Mean per-step times (ms), tokens per step and tokens/s of pooled steady steps.
-
-    Means, not medians: with them, speedup / bound is exactly (inference share of the speculative wall time) /
-    (inference share of the target-only wall time), so a slowdown of the shared CPU that hits host and
-    inference alike cancels out of the efficiency even when it hits the configurations unequally.
-    """
-    tokens, wall = sum(step["emitted"] for step in steps), sum(step["wall"] for step in steps)
-    return {
-        "steps": len(steps), "tau": tokens / len(steps), "tokens_per_s": tokens / wall,
-        "target_ms": _mean_ms(steps, "target"), "draft_ms": _mean_ms(steps, "draft"),
-        "markov_ms": _mean_ms(steps, "markov"),
-        "host_ms": _mean_ms(steps, lambda step: step["wall"] - _infer(step)),
-        "session_host_ms": _mean_ms(steps, "session"),
-        "draft_host_ms": _mean_ms(steps, lambda step: step["draft_stage"] + step["markov_stage"]
-                                  - step["draft"] - step["markov"]),
-    }
-
-
-def in_round_order(names: list, round_index: int) -> list:
-    """The configurations in the order of round `round_index`: each round starts one later, so the shared CPU's
-    drift hits all of them alike."""
-    shift = round_index % len(names)
-    return names[shift:] + names[:shift]
+__all__ = ["check_invariant", "measure", "main"]
 
 
 def check_invariant(tokens: list[int], reference: list[int], *, label: str, strict: bool) -> bool:
@@ -343,22 +146,12 @@ def print_tables(rows: list[dict]) -> None:
               f"| {row['speedup_with_first_step']:.2f}x | {'held' if row['invariant_held'] else 'BROKEN'} |")
 
 
-def add_run_options(parser: argparse.ArgumentParser, *, new_tokens: int, rounds: int) -> None:
-    """--new-tokens, --rounds and --seed: how long each run is, how often it repeats, which random contexts."""
-    parser.add_argument("--new-tokens", metavar="N", type=int_at_least(1), default=new_tokens,
-                        help="tokens generated per run")
-    parser.add_argument("--rounds", metavar="N", type=int_at_least(1), default=rounds,
-                        help="interleaved repetitions of every configuration")
-    parser.add_argument("--seed", metavar="N", type=int_at_least(0), default=0, help="seed of the random contexts")
-
-
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = command_parser("benchmarks.engine_efficiency", __doc__)
-    parser.add_argument("--work", metavar="DIR", type=Path, default=Path("/tmp/dspark-engine-bench"),
-                        help="cache folder for the random models and their IRs")
+    add_work_option(parser)
     parser.add_argument("--weight-format", default="int8", choices=WEIGHT_FORMATS, help="target weights")
     parser.add_argument("--draft-weight-format", default="fp32", choices=WEIGHT_FORMATS, help="draft weights")
-    parser.add_argument("--precision", default="f32", choices=["f32", "default"],
+    parser.add_argument("--precision", default="f32", choices=PRECISIONS,
                         help="f32: f32 hint and no dynamic activation quantization (exact: the invariant is "
                              "asserted); default: the CPU's defaults (bf16 here; mismatches are reported, not fatal, "
                              "and the forced acceptance collapses after the first one, so tau falls towards 1)")

@@ -38,6 +38,7 @@ from benchmarks.real_size_model import HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_ra
 from utils.cli import command_parser, existing_dir, int_at_least
 from utils.contract import (ATTENTION_MASK, INPUTS_EMBEDS, LANGUAGE_MODEL_NAME, NUM_LOGITS, POSITION_IDS,
                             past_recurrent_state, rollback_delta, rollback_key, rollback_log_decay)
+from utils.engine.device import PRECISIONS
 
 __all__ = ["main"]
 
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="weight formats of the language-model IR")
     parser.add_argument("--repeats", metavar="N", type=int_at_least(1), default=10,
                         help="timed runs of each call (the median counts)")
-    parser.add_argument("--precision", choices=["f32", "default"], default="f32",
+    parser.add_argument("--precision", choices=PRECISIONS, default="f32",
                         help="f32: exact (the parity setting); default: the CPU's own (bf16 here)")
     parser.add_argument("--memory-of", metavar="DIR", type=existing_dir, help=argparse.SUPPRESS)  # the fresh process of the memory figure
     args = parser.parse_args(argv)

@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.cpu_speedup import INPUT_SCALE, UPSTREAM_TAU, greedy_reference
-from benchmarks.engine_efficiency import (BLOCK_SIZE, ForcedAcceptanceProposer, StepCounters, TableEmbeddings,
-                                          in_round_order, prepare_draft, prepare_target, summarize, tau_schedule)
+from benchmarks.harness import (BLOCK_SIZE, TableEmbeddings, add_work_option, in_round_order, prepare_draft,
+                                prepare_target)
 from benchmarks.real_size_model import EMBEDDINGS_FILE, VERIFY_LENGTH
+from benchmarks.stand_ins import ForcedAcceptanceProposer, StepCounters, summarize, tau_schedule
 from utils.cli import command_parser, int_at_least
 from utils.evaluation.compare import first_difference
 
@@ -114,8 +115,7 @@ def measure_tiny_reader(*, pages: int) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = command_parser("benchmarks.target_formats", __doc__.split("\n\n", 1)[1])
-    parser.add_argument("--work", metavar="DIR", type=Path, default=Path("/tmp/dspark-engine-bench"),
-                        help="where the real-size artefacts are cached")
+    add_work_option(parser)
     parser.add_argument("--contexts", metavar="N", type=int_at_least(1), nargs="+", default=[1024, 3072])
     parser.add_argument("--new-tokens", metavar="N", type=int_at_least(1), default=64)
     parser.add_argument("--rounds", metavar="N", type=int_at_least(1), default=3)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from benchmarks.cpu_speedup import RecordedStep, replay_schedule
-from benchmarks.engine_efficiency import ForcedAcceptanceProposer, StepCounters, tau_schedule
+from benchmarks.stand_ins import ForcedAcceptanceProposer, StepCounters, tau_schedule
 from oracle import NoisyAnswer
 from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.device import F32_PROPERTIES

@@ -16,7 +16,6 @@ states (all inputs at f32, 90% of them at bf16 or f16).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import pytest

@@ -16,22 +16,15 @@ Shape symbols:
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import openvino as ov
 
-from utils.checkpoint.config import DRAFT_CONFIG, DSparkConfig
-from utils.checkpoint.draft import TargetSpec, check_config_fits_target
-from utils.contract import (ANCHOR_TOKEN_ID, CONFIDENCES, DRAFT_MODEL, HIDDEN_STATES, INPUTS_EMBEDS, LAST_HIDDEN_STATE,
-                            LOGITS, MARKOV_HEAD_MODEL, POSITION_IDS, TOKEN_IDS, TOP_K, DraftInfo,
-                            draft_cache_layout_is_current, past_key, past_value, present_key, present_value,
-                            read_draft_info)
+from utils.contract import (ANCHOR_TOKEN_ID, CONFIDENCES, HIDDEN_STATES, INPUTS_EMBEDS, LAST_HIDDEN_STATE, LOGITS,
+                            POSITION_IDS, TOKEN_IDS, TOP_K, past_key, past_value, present_key, present_value)
 from utils.contract.core import openvino_core
 from utils.contract.draft import ExportedDraft
-from utils.contract.target import ExportedTarget
 from utils.engine.proposal import Proposal
 from utils.engine.timing import Clock, StageTimer
 
