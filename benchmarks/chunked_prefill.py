@@ -27,7 +27,7 @@ import numpy as np
 
 from benchmarks.cpu_speedup import UPSTREAM_TAU
 from benchmarks.harness import BLOCK_SIZE, TableEmbeddings
-from benchmarks.real_size_model import EMBEDDINGS_FILE, export_random_text_model
+from benchmarks.real_size_model import export_random_text_model
 from benchmarks.stand_ins import ForcedAcceptanceProposer, tau_schedule
 from utils.cli import command_parser, float_between, int_at_least
 from utils.evaluation.compare import first_difference
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         export_random_text_model(Path(folder), weight_format=args.weight_format, prefill_chunk=longest,
                                  input_scale=args.input_scale, chunk_size=args.chunk_size)
-        embed = TableEmbeddings(np.load(Path(folder) / EMBEDDINGS_FILE, mmap_mode="r"))
+        embed = TableEmbeddings.of(Path(folder))
         table = embed.table
         length = args.tokens + args.decode + 2 * BLOCK_SIZE
         exact = LanguageModelSession(folder, properties=compile_properties("CPU", precision="f32"), max_length=length)

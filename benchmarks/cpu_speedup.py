@@ -40,14 +40,13 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.engine_efficiency import check_invariant
-from benchmarks.harness import (BLOCK_SIZE, TableEmbeddings, add_run_options, add_work_option, in_round_order,
-                                prepare_draft, prepare_target)
+from benchmarks.harness import (BLOCK_SIZE, WARM_UP_CONTEXT, TableEmbeddings, add_contexts_option, add_run_options,
+                                add_work_option, in_round_order, prepare_draft, prepare_target)
 from benchmarks.margins import LogitRecorder, top_margins
 from benchmarks.real_size_model import VERIFY_LENGTH
-from benchmarks.stand_ins import ForcedAcceptanceProposer, StepCounters, summarize, tau_schedule
-from benchmarks.real_size_model import EMBEDDINGS_FILE
 from benchmarks.roofline import bytes_per_token, memory_bandwidth, roofline_row, weight_bytes
-from utils.cli import add_json_option, command_parser, float_between, int_at_least, write_json
+from benchmarks.stand_ins import ForcedAcceptanceProposer, StepCounters, summarize, tau_schedule
+from utils.cli import add_json_option, command_parser, float_between, write_json
 from utils.contract import LANGUAGE_MODEL_NAME
 from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.device import PRECISIONS, compile_properties, inference_precision
@@ -67,7 +66,6 @@ UPSTREAM_TAU = 5.47  # the seed's tokens per step of the real pair (Arc B390)
 INPUT_SCALE = 16.0  # sharpen_margins: margins like a confident reader's (docs/performance.md)
 TARGET_ONLY = "target only"
 COST_AWARE = "replay, cost-aware"  # threshold 0, then the prefix with the most expected tokens per ms (StepCost)
-WARM_UP_CONTEXT = 256  # tokens: a warm-up needs every call length, not the long context's prefill
 @dataclass(frozen=True)
 class RecordedStep:
     """One speculative step of a recorded run: leading drafts the target accepted, the draft's confidences."""
@@ -275,8 +273,7 @@ def print_tables(rows: list[dict], roofline: list[dict]) -> None:
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = command_parser("benchmarks.cpu_speedup", __doc__)
     add_work_option(parser)
-    parser.add_argument("--contexts", metavar="N", type=int_at_least(1), nargs="+", default=[1024, 3072],
-                        help="context tokens")
+    add_contexts_option(parser)
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS),
                         help="the target's precisions (f32: tokens checked equal to target-only; default: the "
                              "device's own, agreement reported)")
@@ -301,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"recorded {len(recorded)} steps of the tiny pair: {statistics.fmean(s.accepted for s in recorded) + 1:.2f} "
           f"tokens per step", flush=True)
     target = prepare_target(args.work, "int8", input_scale=args.input_scale)
-    embed = TableEmbeddings(np.load(target / EMBEDDINGS_FILE, mmap_mode="r"))
+    embed = TableEmbeddings.of(target)
     max_length = max(args.contexts) + args.new_tokens + 4 * VERIFY_LENGTH
     language_models = {
         precision: PrefillOnce(LanguageModelSession(target, properties=compile_properties("CPU", precision=precision),

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import add_work_option, in_round_order, prepare_draft
+from benchmarks.harness import add_contexts_option, add_rounds_option, add_work_option, in_round_order, prepare_draft
 from utils.cli import command_parser, int_at_least
 from utils.contract import INPUTS_EMBEDS, WEIGHT_FORMATS
 from utils.engine.device import PRECISIONS, compile_properties, inference_precision
@@ -88,10 +88,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--draft-format", default="int4", choices=WEIGHT_FORMATS,
                         help="weights of the random real-size draft")
     add_work_option(parser)
-    parser.add_argument("--contexts", metavar="N", type=int_at_least(1), nargs="+", default=[1024, 3072])
+    add_contexts_option(parser)
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
     parser.add_argument("--steps", metavar="N", type=int_at_least(1), default=10, help="timed steps per round")
-    parser.add_argument("--rounds", metavar="N", type=int_at_least(1), default=3)
+    add_rounds_option(parser)
     parser.add_argument("--new-context", metavar="N", type=int_at_least(0), default=6,
                         help="context positions each step adds (the tokens a step emits)")
     args = parser.parse_args(argv)

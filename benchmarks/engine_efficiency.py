@@ -41,11 +41,11 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import (BLOCK_SIZE, TableEmbeddings, add_run_options, add_work_option, in_round_order,
-                                prepare_draft, prepare_target)
-from benchmarks.real_size_model import EMBEDDINGS_FILE, VERIFY_LENGTH
+from benchmarks.harness import (BLOCK_SIZE, TableEmbeddings, add_contexts_option, add_run_options, add_work_option,
+                                in_round_order, prepare_draft, prepare_target)
+from benchmarks.real_size_model import VERIFY_LENGTH
 from benchmarks.stand_ins import ForcedAcceptanceProposer, StepCounters, summarize, tau_schedule
-from utils.cli import add_json_option, command_parser, float_between, int_at_least, write_json
+from utils.cli import add_json_option, command_parser, float_between, write_json
 from utils.contract import WEIGHT_FORMATS
 from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.device import PRECISIONS
@@ -155,8 +155,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="f32: f32 hint and no dynamic activation quantization (exact: the invariant is "
                              "asserted); default: the CPU's defaults (bf16 here; mismatches are reported, not fatal, "
                              "and the forced acceptance collapses after the first one, so tau falls towards 1)")
-    parser.add_argument("--contexts", metavar="N", type=int_at_least(1), nargs="+", default=[1024, 3072],
-                        help="context tokens C")
+    add_contexts_option(parser)
     parser.add_argument("--taus", metavar="X", type=float_between(1.0, VERIFY_LENGTH), nargs="+",
                         default=[2.0, 4.0, 5.47, 8.0, 16.0],
                         help=f"forced tokens per step, 1 to {VERIFY_LENGTH} (upstream's real pair: 5.47)")
@@ -175,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     target_folder = prepare_target(args.work, args.weight_format)
     draft_folder = prepare_draft(args.work, args.draft_weight_format)
     properties = compile_properties("CPU", precision=args.precision)
-    embed = TableEmbeddings(np.load(target_folder / EMBEDDINGS_FILE, mmap_mode="r"))  # rows read on use
+    embed = TableEmbeddings.of(target_folder)
     language_model = LanguageModelSession(target_folder, properties=properties,
                                           max_length=max(args.contexts) + args.new_tokens + 2 * VERIFY_LENGTH)
     draft = DSparkProposer.load(draft_folder, "CPU", properties=properties, embed=embed)

@@ -16,18 +16,21 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.real_size_model import (VERIFY_LENGTH, export_random_text_model, real_size_draft_config,
-                                        real_size_text_config, write_random_draft)
+from benchmarks.real_size_model import (EMBEDDINGS_FILE, VERIFY_LENGTH, export_random_text_model,
+                                        real_size_draft_config, real_size_text_config, write_random_draft)
 from utils.cli import int_at_least
 from utils.contract import LanguageModelConfig
 from utils.engine.timing import Clock
 
-__all__ = ["BLOCK_SIZE", "PREFILL_CHUNK", "WORK_FOLDER", "add_work_option", "add_run_options", "prepare_target",
-           "prepare_draft", "TableEmbeddings", "in_round_order"]
+__all__ = ["BLOCK_SIZE", "PREFILL_CHUNK", "WORK_FOLDER", "CONTEXTS", "WARM_UP_CONTEXT", "add_work_option",
+           "add_contexts_option", "add_rounds_option", "add_run_options", "prepare_target", "prepare_draft",
+           "TableEmbeddings", "in_round_order"]
 
 BLOCK_SIZE = VERIFY_LENGTH - 1
 PREFILL_CHUNK = 128
 WORK_FOLDER = Path("/tmp/dspark-engine-bench")  # where the real-size artefacts are cached between runs
+CONTEXTS = (1024, 3072)  # context tokens: a short and a long document's prompt
+WARM_UP_CONTEXT = 256  # tokens: a warm-up needs every call length, not the long context's prefill
 
 
 def add_work_option(parser: argparse.ArgumentParser) -> None:
@@ -36,12 +39,23 @@ def add_work_option(parser: argparse.ArgumentParser) -> None:
                         help="cache folder for the random real-size models and their IRs, shared by the benchmarks")
 
 
+def add_contexts_option(parser: argparse.ArgumentParser) -> None:
+    """--contexts: the context lengths every configuration runs after, `CONTEXTS` by default."""
+    parser.add_argument("--contexts", metavar="N", type=int_at_least(1), nargs="+", default=list(CONTEXTS),
+                        help="context tokens before the timed work")
+
+
+def add_rounds_option(parser: argparse.ArgumentParser, *, rounds: int = 3) -> None:
+    """--rounds: how often every configuration repeats, interleaved (`in_round_order`)."""
+    parser.add_argument("--rounds", metavar="N", type=int_at_least(1), default=rounds,
+                        help="interleaved repetitions of every configuration")
+
+
 def add_run_options(parser: argparse.ArgumentParser, *, new_tokens: int, rounds: int) -> None:
     """--new-tokens, --rounds and --seed: how long each run is, how often it repeats, which random contexts."""
     parser.add_argument("--new-tokens", metavar="N", type=int_at_least(1), default=new_tokens,
                         help="tokens generated per run")
-    parser.add_argument("--rounds", metavar="N", type=int_at_least(1), default=rounds,
-                        help="interleaved repetitions of every configuration")
+    add_rounds_option(parser, rounds=rounds)
     parser.add_argument("--seed", metavar="N", type=int_at_least(0), default=0, help="seed of the random contexts")
 
 
@@ -101,6 +115,11 @@ class TableEmbeddings:
     def __init__(self, table: np.ndarray):
         self.table = table
         self.clock = Clock()
+
+    @classmethod
+    def of(cls, target: Path) -> TableEmbeddings:
+        """The table an exported random target saved beside its IR, memory-mapped: rows are read on use."""
+        return cls(np.load(target / EMBEDDINGS_FILE, mmap_mode="r"))
 
     def __call__(self, input_ids: np.ndarray) -> np.ndarray:
         """[batch, S] int -> [batch, S, H] float32."""

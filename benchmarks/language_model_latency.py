@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.harness import add_contexts_option
 from benchmarks.real_size_model import HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model
 from utils.cli import command_parser, existing_dir, int_at_least
 from utils.contract import (ATTENTION_MASK, INPUTS_EMBEDS, LANGUAGE_MODEL_NAME, NUM_LOGITS, POSITION_IDS,
@@ -154,8 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     from utils.engine.device import compile_properties
 
     parser = command_parser("benchmarks.language_model_latency", __doc__)
-    parser.add_argument("--contexts", metavar="N", type=int_at_least(1), nargs="+", default=[1024, 3072],
-                        help="context tokens before each timed call")
+    add_contexts_option(parser)
     parser.add_argument("--formats", nargs="+", default=["fp32", "int8"], choices=["fp32", "fp16", "int8", "int4"],
                         help="weight formats of the language-model IR")
     parser.add_argument("--repeats", metavar="N", type=int_at_least(1), default=10,

@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.cpu_speedup import INPUT_SCALE, UPSTREAM_TAU, greedy_reference
-from benchmarks.harness import (BLOCK_SIZE, TableEmbeddings, add_work_option, in_round_order, prepare_draft,
-                                prepare_target)
-from benchmarks.real_size_model import EMBEDDINGS_FILE, VERIFY_LENGTH
+from benchmarks.harness import (BLOCK_SIZE, WARM_UP_CONTEXT, TableEmbeddings, add_contexts_option, add_rounds_option,
+                                add_work_option, in_round_order, prepare_draft, prepare_target)
+from benchmarks.real_size_model import VERIFY_LENGTH
 from benchmarks.stand_ins import ForcedAcceptanceProposer, StepCounters, summarize, tau_schedule
 from utils.cli import command_parser, int_at_least
 from utils.evaluation.compare import first_difference
@@ -46,7 +46,7 @@ def measure_real_size(work: Path, *, contexts: list[int], new_tokens: int, round
     from utils.engine.language_model import LanguageModelSession
 
     targets = {fmt: prepare_target(work, fmt, input_scale=INPUT_SCALE) for fmt in FORMATS}
-    embed = TableEmbeddings(np.load(targets["int8"] / EMBEDDINGS_FILE, mmap_mode="r"))
+    embed = TableEmbeddings.of(targets["int8"])
     properties = compile_properties("CPU", precision="default")
     sessions = {fmt: LanguageModelSession(folder, properties=properties,
                                           max_length=max(contexts) + new_tokens + 4 * VERIFY_LENGTH)
@@ -66,7 +66,7 @@ def measure_real_size(work: Path, *, contexts: list[int], new_tokens: int, round
                                                                              proposer=proposer,
                                                                              block_size=BLOCK_SIZE))}
             for counters in configs.values():  # warm-up: every call length once
-                counters.run(context_embeds[:256], 2 * VERIFY_LENGTH)
+                counters.run(context_embeds[:WARM_UP_CONTEXT], 2 * VERIFY_LENGTH)
             setups[(context, fmt)] = configs
         int8_tokens, int8_margins = references["int8"]
         first = first_difference(references["int4"][0], int8_tokens)
@@ -116,9 +116,9 @@ def measure_tiny_reader(*, pages: int) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = command_parser("benchmarks.target_formats", __doc__.split("\n\n", 1)[1])
     add_work_option(parser)
-    parser.add_argument("--contexts", metavar="N", type=int_at_least(1), nargs="+", default=[1024, 3072])
+    add_contexts_option(parser)
     parser.add_argument("--new-tokens", metavar="N", type=int_at_least(1), default=64)
-    parser.add_argument("--rounds", metavar="N", type=int_at_least(1), default=3)
+    add_rounds_option(parser)
     parser.add_argument("--pages", metavar="N", type=int_at_least(1), default=40,
                         help="held-out pages the tiny reader reads per format")
     args = parser.parse_args(argv)
