@@ -31,6 +31,7 @@ from benchmarks.real_size_model import export_random_text_model
 from benchmarks.stand_ins import ForcedAcceptanceProposer, tau_schedule
 from utils.cli import command_parser, float_between, int_at_least
 from utils.evaluation.compare import first_difference
+from utils.notebook.display import markdown_table
 
 __all__ = ["main"]
 
@@ -113,13 +114,13 @@ def main(argv: list[str] | None = None) -> None:
                          _agreeing(speculative, tokens)))
     print(f"\n{args.tokens}-token prompt, {precision} against f32 in calls of {longest} "
           f"({args.weight_format} weights, input scale {args.input_scale:g}, gated delta chunks of {args.chunk_size})")
-    print(f"| tokens per call | calls | max logit error | max hidden error | greedy tokens = calls of {longest}'s "
-          "| = f32's | speculative = target-only |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for chunk, logit_error, hidden_error, same_as_first_row, same_as_f32, speculative_same in rows:
-        print(f"| {chunk} | {-(-args.tokens // chunk)} | {logit_error:.3f} | {hidden_error:.3f} | "
-              f"{same_as_first_row} of {args.decode} | {same_as_f32} of {args.decode} | "
-              f"{speculative_same} of {args.decode} |")
+    table = [{"tokens per call": chunk, "calls": -(-args.tokens // chunk), "max logit error": f"{logit_error:.3f}",
+              "max hidden error": f"{hidden_error:.3f}",
+              f"greedy tokens = calls of {longest}'s": f"{same_as_first_row} of {args.decode}",
+              "= f32's": f"{same_as_f32} of {args.decode}",
+              "speculative = target-only": f"{speculative_same} of {args.decode}"}
+             for chunk, logit_error, hidden_error, same_as_first_row, same_as_f32, speculative_same in rows]
+    print(markdown_table(table, right=set(table[0])))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from utils.engine.proposal import Proposal
 from utils.engine.timing import StageTimer
 from utils.engine.verification import StepRecord
 from utils.evaluation.acceptance import confidence_auc, replay_threshold, scored_positions
+from utils.notebook.display import markdown_table
 from utils.reference.markov import propose
 from utils.reference.speculative import DSparkDrafter
 from utils.tiny.anchor_batch import draft_index_of
@@ -142,13 +143,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.pages} held-out pages, {len(drafting)} drafting steps, "
           f"{np.mean([step.matched_drafts for step in drafting]):.2f} of {len(drafting[0].drafted)} drafts accepted "
           f"per step (PyTorch reference, f32, every draft verified)")
-    print(f"| signal | AUC | at threshold {DEFAULT_CONFIDENCE_THRESHOLD}: fewer drafts / fewer tokens | "
-          f"best threshold losing <= {args.loss:.0%} | fewer drafts | fewer tokens |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, figure in figures.items():
-        default, best = figure["at default"], figure["best"]
-        print(f"| {name} | {figure['auc']:.3f} | {default['fewer drafts']:.1%} / {default['fewer tokens']:.1%} | "
-              f"{best['threshold']:g} | {best['fewer drafts']:.1%} | {best['fewer tokens']:.1%} |")
+    at_default = f"at threshold {DEFAULT_CONFIDENCE_THRESHOLD}: fewer drafts / fewer tokens"
+    table = [{"signal": name, "AUC": f"{figure['auc']:.3f}",
+              at_default: f"{figure['at default']['fewer drafts']:.1%} / {figure['at default']['fewer tokens']:.1%}",
+              f"best threshold losing <= {args.loss:.0%}": f"{figure['best']['threshold']:g}",
+              "fewer drafts": f"{figure['best']['fewer drafts']:.1%}",
+              "fewer tokens": f"{figure['best']['fewer tokens']:.1%}"} for name, figure in figures.items()]
+    print(markdown_table(table, right=set(table[0]) - {"signal"}))
     if args.json:
         write_json(args.json, {"pages": args.pages, "loss": args.loss, "steps": len(drafting), "signals": figures})
 

@@ -54,6 +54,7 @@ from utils.engine.draft import DSparkProposer
 from utils.engine.language_model import LanguageModelSession
 from utils.engine.step_cost import StepCost
 from utils.evaluation.compare import first_difference
+from utils.notebook.display import markdown_table
 
 __all__ = ["DRAFT_SETTINGS", "INPUT_SCALE", "COST_AWARE", "RecordedStep", "PrefillOnce", "greedy_reference",
            "measure_step_cost", "record_tiny_pair_steps", "replay_schedule", "report_rows", "roofline_rows", "main"]
@@ -247,27 +248,26 @@ def roofline_rows(rows: list[dict], *, weights: int, state_bytes, bandwidth: flo
 
 
 def print_tables(rows: list[dict], roofline: list[dict]) -> None:
-    print("\n| context | target | configuration | tokens/step | drafts verified | step (ms) | target (ms) | draft (ms) "
-          "| Markov (ms) | host (ms) | tok/s | speedup | agreement |")
-    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for row in rows:
-        print(f"| {row['context']} | {row['precision']} | {row['configuration']} | {row['tokens_per_step']:.2f} "
-              f"| {row['verified_per_step']:.1f} | {row['step_ms']:.1f} | {row['t_target_ms']:.1f} "
-              f"| {row['t_draft_ms']:.1f} | {row['t_markov_ms']:.2f} | {row['host_ms']:.1f} "
-              f"| {row['tokens_per_s']:.1f} | {row['speedup']:.2f}x | {row['agreement']:.1%} |")
+    speed = [{"context": row["context"], "target": row["precision"], "configuration": row["configuration"],
+              "tokens/step": f"{row['tokens_per_step']:.2f}", "drafts verified": f"{row['verified_per_step']:.1f}",
+              "step (ms)": f"{row['step_ms']:.1f}", "target (ms)": f"{row['t_target_ms']:.1f}",
+              "draft (ms)": f"{row['t_draft_ms']:.1f}", "Markov (ms)": f"{row['t_markov_ms']:.2f}",
+              "host (ms)": f"{row['host_ms']:.1f}", "tok/s": f"{row['tokens_per_s']:.1f}",
+              "speedup": f"{row['speedup']:.2f}x", "agreement": f"{row['agreement']:.1%}"} for row in rows]
+    print("\n" + markdown_table(speed, right=set(speed[0]) - {"target", "configuration"}))
     for row in rows:
         for difference in row["differences"]:
             print(f"  context {row['context']}, {row['precision']}, {row['configuration']}, round "
                   f"{difference['round']}: first difference at token {difference['position']} (target-only margin "
                   f"there {difference['reference_relative_margin']:.3f} of the logits' spread)")
-    print("\n| context | target | weights (MB) | K/V cache (MB) | linear states (MB) | bandwidth (GB/s) "
-          "| bound (ms/token) | target only (ms/token) | over the bound |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
-    for line in roofline:
-        print(f"| {line['context']} | {line['precision']} | {line['weights_bytes'] / 1e6:.0f} "
-              f"| {line['kv_cache_bytes'] / 1e6:.1f} | {line['linear_state_bytes'] / 1e6:.1f} "
-              f"| {line['bandwidth_gb_s']:.1f} | {line['bound_ms']:.1f} | {line['decode_ms']:.1f} "
-              f"| {line['over_bound']:.2f}x |")
+    bounds = [{"context": line["context"], "target": line["precision"],
+               "weights (MB)": f"{line['weights_bytes'] / 1e6:.0f}",
+               "K/V cache (MB)": f"{line['kv_cache_bytes'] / 1e6:.1f}",
+               "linear states (MB)": f"{line['linear_state_bytes'] / 1e6:.1f}",
+               "bandwidth (GB/s)": f"{line['bandwidth_gb_s']:.1f}", "bound (ms/token)": f"{line['bound_ms']:.1f}",
+               "target only (ms/token)": f"{line['decode_ms']:.1f}", "over the bound": f"{line['over_bound']:.2f}x"}
+              for line in roofline]
+    print("\n" + markdown_table(bounds, right=set(bounds[0]) - {"target"}))
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

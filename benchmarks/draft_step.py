@@ -31,6 +31,7 @@ from utils.cli import command_parser, int_at_least
 from utils.contract import INPUTS_EMBEDS, WEIGHT_FORMATS
 from utils.engine.device import PRECISIONS, compile_properties, inference_precision
 from utils.engine.draft import DraftModel, MarkovHead
+from utils.notebook.display import markdown_table
 
 
 def _draft_folder(args) -> Path:
@@ -101,14 +102,16 @@ def main(argv: list[str] | None = None) -> None:
     ran_at = results.pop("ran_at")
     print(f"draft {folder}: median ms per step ({args.rounds} rounds x {args.steps} steps, "
           f"{args.new_context} new context positions per step)")
-    print("| precision (ran at) | context | step | backbone | Markov head | host | step / step at the first context |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    table = []
     for precision in args.precisions:
         first = results[precision, args.contexts[0]]["step"]
         for context in args.contexts:
             row = results[precision, context]
-            print(f"| {precision} ({ran_at[precision]}) | {context} | {row['step']:.1f} | {row['backbone']:.1f} | "
-                  f"{row['markov']:.1f} | {row['host']:.1f} | {row['step'] / first:.2f}x |")
+            table.append({"precision (ran at)": f"{precision} ({ran_at[precision]})", "context": context,
+                          "step": f"{row['step']:.1f}", "backbone": f"{row['backbone']:.1f}",
+                          "Markov head": f"{row['markov']:.1f}", "host": f"{row['host']:.1f}",
+                          "step / step at the first context": f"{row['step'] / first:.2f}x"})
+    print(markdown_table(table, right=set(table[0]) - {"precision (ran at)"}))
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.device import PRECISIONS
 from utils.engine.draft import DSparkProposer
 from utils.evaluation.compare import first_difference
+from utils.notebook.display import markdown_table
 
 __all__ = ["check_invariant", "measure", "main"]
 
@@ -129,21 +130,22 @@ def report_rows(raw: dict, *, contexts: list[int], taus: list[float], new_tokens
 
 def print_tables(rows: list[dict]) -> None:
     """The markdown tables: efficiency, then where the host time of a speculative step goes."""
-    print("\n| context | tau | t1 (ms) | t_verify (ms) | t_draft (ms) | t_markov (ms) | host/step (ms) "
-          "| target-only tok/s | speculative tok/s | speedup | physics bound | efficiency |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for row in rows:
-        print(f"| {row['context']} | {row['tau']:.2f} | {row['t1_ms']:.1f} | {row['t_verify_ms']:.1f} "
-              f"| {row['t_draft_ms']:.1f} | {row['t_markov_ms']:.1f} | {row['host_per_step_ms']:.1f} "
-              f"| {row['target_tokens_per_s']:.1f} | {row['spec_tokens_per_s']:.1f} | {row['speedup']:.2f}x "
-              f"| {row['physics_bound']:.2f}x | {row['efficiency']:.0%} |")
-    print("\n| context | tau | session host (verify+accept) | draft host (draft+Markov) | target-only host/token "
-          "| first spec step (ms) | speedup incl. first step | invariant |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---|")
-    for row in rows:
-        print(f"| {row['context']} | {row['tau']:.2f} | {row['session_host_ms']:.1f} | {row['draft_host_ms']:.1f} "
-              f"| {row['target_host_per_token_ms']:.1f} | {row['first_step_ms']:.0f} "
-              f"| {row['speedup_with_first_step']:.2f}x | {'held' if row['invariant_held'] else 'BROKEN'} |")
+    efficiency = [{"context": row["context"], "tau": f"{row['tau']:.2f}", "t1 (ms)": f"{row['t1_ms']:.1f}",
+                   "t_verify (ms)": f"{row['t_verify_ms']:.1f}", "t_draft (ms)": f"{row['t_draft_ms']:.1f}",
+                   "t_markov (ms)": f"{row['t_markov_ms']:.1f}", "host/step (ms)": f"{row['host_per_step_ms']:.1f}",
+                   "target-only tok/s": f"{row['target_tokens_per_s']:.1f}",
+                   "speculative tok/s": f"{row['spec_tokens_per_s']:.1f}", "speedup": f"{row['speedup']:.2f}x",
+                   "physics bound": f"{row['physics_bound']:.2f}x", "efficiency": f"{row['efficiency']:.0%}"}
+                  for row in rows]
+    print("\n" + markdown_table(efficiency, right=set(efficiency[0])))
+    host = [{"context": row["context"], "tau": f"{row['tau']:.2f}",
+             "session host (verify+accept)": f"{row['session_host_ms']:.1f}",
+             "draft host (draft+Markov)": f"{row['draft_host_ms']:.1f}",
+             "target-only host/token": f"{row['target_host_per_token_ms']:.1f}",
+             "first spec step (ms)": f"{row['first_step_ms']:.0f}",
+             "speedup incl. first step": f"{row['speedup_with_first_step']:.2f}x",
+             "invariant": "held" if row["invariant_held"] else "BROKEN"} for row in rows]
+    print("\n" + markdown_table(host, right=set(host[0]) - {"invariant"}))
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

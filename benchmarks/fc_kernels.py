@@ -19,12 +19,12 @@ plugin's default on CPUs without bf16, where "default" means this).
 
 from __future__ import annotations
 
-import statistics
-import time
 
 import numpy as np
 
+from benchmarks.harness import median_ms
 from utils.cli import add_json_option, command_parser, int_at_least, write_json
+from utils.notebook.display import markdown_table
 from utils.engine.device import compile_properties
 
 __all__ = ["SHAPES", "PRECISIONS", "int8_matmuls", "measure_kernels", "main"]
@@ -69,12 +69,7 @@ def measure_kernels(shapes: dict = SHAPES, precisions: dict = PRECISIONS, *, rep
         token = np.random.default_rng(1).standard_normal((1, 1, columns)).astype(np.float32)
         for precision, properties in precisions.items():
             request = core.compile_model(model, "CPU", properties).create_infer_request()
-            seconds = []
-            for _ in range(repeats + 2):
-                start = time.perf_counter()
-                request.infer({"x": token})
-                seconds.append(time.perf_counter() - start)
-            milliseconds = 1000 * statistics.median(seconds[2:])
+            milliseconds = median_ms(lambda: request.infer({"x": token}), repeats=repeats, warm_up=2)
             weight_bytes = n_rows * columns * count
             rows.append({"weights": name, "shape": [n_rows, columns, count], "precision": precision,
                          "ms": milliseconds, "weight_gb_s": weight_bytes / milliseconds / 1e6})
@@ -83,16 +78,15 @@ def measure_kernels(shapes: dict = SHAPES, precisions: dict = PRECISIONS, *, rep
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = command_parser(__name__, __doc__.split("\n\n")[0])
+    parser = command_parser("benchmarks.fc_kernels", __doc__.split("\n\n")[0])
     parser.add_argument("--repeats", metavar="N", type=int_at_least(1), default=12, help="timed calls per row (median)")
     add_json_option(parser, what="the rows")
     args = parser.parse_args(argv)
     rows = measure_kernels(repeats=args.repeats)
-    print("| weights | N x K x count | precision | ms per call | weights GB/s |\n|---|---|---|---:|---:|")
-    for row in rows:
-        n_rows, columns, count = row["shape"]
-        print(f"| {row['weights']} | {n_rows} x {columns} x {count} | {row['precision']} | {row['ms']:.2f} "
-              f"| {row['weight_gb_s']:.1f} |")
+    print(markdown_table([{"weights": row["weights"], "N x K x count": " x ".join(map(str, row["shape"])),
+                           "precision": row["precision"], "ms per call": f"{row['ms']:.2f}",
+                           "weights GB/s": f"{row['weight_gb_s']:.1f}"} for row in rows],
+                         right=("ms per call", "weights GB/s")))
     if args.json:
         write_json(args.json, {"rows": rows})
 

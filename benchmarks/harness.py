@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import gc
 import shutil
+import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +26,7 @@ from utils.engine.timing import Clock
 
 __all__ = ["BLOCK_SIZE", "PREFILL_CHUNK", "WORK_FOLDER", "CONTEXTS", "WARM_UP_CONTEXT", "add_work_option",
            "add_contexts_option", "add_rounds_option", "add_run_options", "prepare_target", "prepare_draft",
-           "TableEmbeddings", "in_round_order"]
+           "TableEmbeddings", "in_round_order", "median_ms"]
 
 BLOCK_SIZE = VERIFY_LENGTH - 1
 PREFILL_CHUNK = 128
@@ -132,3 +134,17 @@ def in_round_order(names: list, round_index: int) -> list:
     drift hits all of them alike."""
     shift = round_index % len(names)
     return names[shift:] + names[:shift]
+
+
+def median_ms(call: Callable[[], object], *, repeats: int, warm_up: int = 0) -> float:
+    """The median of `repeats` timed calls of `call` (each on an `engine.timing.Clock`), after `warm_up` untimed
+    ones, in milliseconds: a median, so that a call the shared CPU delayed does not move it."""
+    for _ in range(warm_up):
+        call()
+    samples = []
+    for _ in range(repeats):
+        clock = Clock()
+        with clock.measure():
+            call()
+        samples.append(clock.seconds)
+    return 1000 * statistics.median(samples)

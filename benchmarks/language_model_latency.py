@@ -25,7 +25,6 @@ import argparse
 import gc
 import json
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import add_contexts_option
+from benchmarks.harness import add_contexts_option, median_ms
 from benchmarks.real_size_model import HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model
 from utils.cli import command_parser, existing_dir, int_at_least
 from utils.contract import (ATTENTION_MASK, INPUTS_EMBEDS, LANGUAGE_MODEL_NAME, NUM_LOGITS, POSITION_IDS,
@@ -101,12 +100,8 @@ def _time_calls(folder: Path, properties: dict, *, contexts: list[int], repeats:
         for call, (tokens, logits) in CALLS.items():
             inputs = _random_inputs(compiled, tokens=tokens, logits=logits, context=context, rng=rng)
             request.infer(inputs, share_inputs=True)
-            samples = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                request.infer(inputs, share_inputs=True, share_outputs=True)
-                samples.append(time.perf_counter() - start)
-            timings[call, context] = 1000 * statistics.median(samples)
+            timings[call, context] = median_ms(lambda: request.infer(inputs, share_inputs=True, share_outputs=True),
+                                               repeats=repeats)
     outputs = {name: request.get_tensor(name).data for port in compiled.outputs for name in port.get_names()}
     layers = [layer for layer in range(len(outputs)) if rollback_key(layer) in outputs]
     start = time.perf_counter()

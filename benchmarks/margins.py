@@ -24,6 +24,7 @@ import argparse
 import numpy as np
 
 from utils.cli import add_json_option, command_parser, float_between, int_at_least, write_json
+from utils.notebook.display import markdown_table
 
 __all__ = ["PERCENTILES", "top_margins", "margin_percentiles", "LogitRecorder", "tiny_pair_logits",
            "random_target_logits", "main"]
@@ -110,12 +111,11 @@ def _row(source: str, figures: dict) -> dict:
 
 def print_table(rows: list[dict]) -> None:
     """The rows as a markdown table: margins (logits) and relative margins (over the logits' std), percentiles."""
-    kinds = [(kind, p) for kind in ("margin", "relative") for p in PERCENTILES]
-    print("\n| source | steps | " + " | ".join(f"{'margin' if k == 'margin' else 'margin/std'} p{p}" for k, p in kinds)
-          + " |")
-    print("|---|---:|" + "---:|" * len(kinds))
-    for row in rows:
-        print(f"| {row['source']} | {row['steps']} | " + " | ".join(f"{row[f'{k}_p{p}']:.3f}" for k, p in kinds) + " |")
+    kinds = {f"{'margin' if kind == 'margin' else 'margin/std'} p{p}": f"{kind}_p{p}"
+             for kind in ("margin", "relative") for p in PERCENTILES}
+    table = [{"source": row["source"], "steps": row["steps"]}
+             | {column: f"{row[key]:.3f}" for column, key in kinds.items()} for row in rows]
+    print("\n" + markdown_table(table, right=set(table[0]) - {"source"}))
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

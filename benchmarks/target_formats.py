@@ -33,6 +33,7 @@ from benchmarks.real_size_model import VERIFY_LENGTH
 from benchmarks.stand_ins import ForcedAcceptanceProposer, StepCounters, summarize, tau_schedule
 from utils.cli import command_parser, int_at_least
 from utils.evaluation.compare import first_difference
+from utils.notebook.display import markdown_table
 
 FORMATS = ("int8", "int4")
 
@@ -127,14 +128,13 @@ def main(argv: list[str] | None = None) -> None:
     for fmt, figures in reader.items():
         print(f"  {fmt}: CER {figures['cer']:.2%}, answers equal to int8 {figures['equal to int8']} of {args.pages}")
     rows = measure_real_size(args.work, contexts=args.contexts, new_tokens=args.new_tokens, rounds=args.rounds)
-    print("\n| context | target | configuration | tokens/step | step (ms) | target (ms) | tok/s | speedup | "
-          "agreement with int8 | margin at first difference |")
-    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for row in rows:
-        margin = "" if row["margin_at_first_difference"] is None else f"{row['margin_at_first_difference']:.3f}"
-        print(f"| {row['context']} | {row['target']} | {row['configuration']} | {row['tokens_per_step']:.2f} | "
-              f"{row['step_ms']:.1f} | {row['target_ms']:.1f} | {row['tokens_per_s']:.1f} | {row['speedup']:.2f}x | "
-              f"{row['agreement_with_int8']:.1%} | {margin} |")
+    table = [{"context": row["context"], "target": row["target"], "configuration": row["configuration"],
+              "tokens/step": f"{row['tokens_per_step']:.2f}", "step (ms)": f"{row['step_ms']:.1f}",
+              "target (ms)": f"{row['target_ms']:.1f}", "tok/s": f"{row['tokens_per_s']:.1f}",
+              "speedup": f"{row['speedup']:.2f}x", "agreement with int8": f"{row['agreement_with_int8']:.1%}",
+              "margin at first difference": None if row["margin_at_first_difference"] is None
+              else f"{row['margin_at_first_difference']:.3f}"} for row in rows]
+    print("\n" + markdown_table(table, right=set(table[0]) - {"target", "configuration"}))
 
 
 if __name__ == "__main__":
