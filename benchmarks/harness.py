@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import resource
 import shutil
 import statistics
 import time
@@ -26,7 +27,7 @@ from utils.engine.timing import Clock
 
 __all__ = ["BLOCK_SIZE", "PREFILL_CHUNK", "WORK_FOLDER", "CONTEXTS", "WARM_UP_CONTEXT", "add_work_option",
            "add_contexts_option", "add_rounds_option", "add_run_options", "prepare_target", "prepare_draft",
-           "TableEmbeddings", "in_round_order", "median_ms"]
+           "TableEmbeddings", "in_round_order", "median_ms", "peak_resident_bytes"]
 
 BLOCK_SIZE = VERIFY_LENGTH - 1
 PREFILL_CHUNK = 128
@@ -148,3 +149,14 @@ def median_ms(call: Callable[[], object], *, repeats: int, warm_up: int = 0) -> 
             call()
         samples.append(clock.seconds)
     return 1000 * statistics.median(samples)
+
+
+def peak_resident_bytes() -> int:
+    """This process's peak resident memory: Linux's VmHWM, which starts anew in a fresh process (`ru_maxrss` keeps
+    the parent's peak across exec), else `ru_maxrss`. A benchmark reads it at the end of a fresh process that did
+    only the work it measures."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        peak = next(line for line in status.read_text().splitlines() if line.startswith("VmHWM:"))
+        return 1024 * int(peak.split()[1])  # kB
+    return 1024 * resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, the only other reader here

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import add_contexts_option, median_ms
+from benchmarks.harness import add_contexts_option, median_ms, peak_resident_bytes
 from benchmarks.real_size_model import HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model
 from utils.cli import command_parser, existing_dir, int_at_least
 from utils.contract import (ATTENTION_MASK, INPUTS_EMBEDS, LANGUAGE_MODEL_NAME, NUM_LOGITS, POSITION_IDS,
@@ -126,16 +125,7 @@ def _session_peak_memory(folder: Path, properties: dict) -> dict:
     session.verify(embeds[PREFILL_CHUNK:])
     session.accept(VERIFY_LENGTH // 2)
     session.decode_one(embeds[-1])
-    return {"peak_rss_gb": _peak_resident_gb()}
-
-
-def _peak_resident_gb() -> float:
-    """This process's peak resident memory. Linux's VmHWM, as `ru_maxrss` keeps the parent's peak across exec."""
-    status = Path("/proc/self/status")
-    if status.is_file():
-        peak = next(line for line in status.read_text().splitlines() if line.startswith("VmHWM:"))
-        return int(peak.split()[1]) / 2 ** 20  # kB
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+    return {"peak_rss_gb": peak_resident_bytes() / 2 ** 30}
 
 
 def _measure_memory_in_a_fresh_process(folder: Path, precision: str) -> dict:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.harness import BLOCK_SIZE, peak_resident_bytes
 from utils.cli import command_parser, int_at_least
 from utils.contract import WEIGHT_FORMATS
 from utils.contract.processor import DOWNSAMPLE_MODES
@@ -50,7 +50,6 @@ _CELLS = {"disk (MB)": ("disk_bytes", ",.1f", 1e6), "peak RSS (MB)": ("peak_rss_
           "vision (s)": ("vision_seconds", ".2f", 1), "prefill (s)": ("prefill_seconds", ".2f", 1),
           "decode tok/s": ("decode_tokens_per_s", ".2f", 1), "tokens/step": ("tokens_per_step", ".2f", 1)}
 COLUMNS = ("step", *_CELLS)
-BLOCK_SIZE = 15  # the real draft's: 15 drafts verified with the anchor as 16 target positions
 CONFIDENCE_THRESHOLD = 0.0  # verify every draft: a step's full cost, whatever the random confidences say
 PAGE_UPSCALE_LIMIT = 8  # the page is enlarged at most this much to fill the context with image tokens
 FULL_PAGE_SIZE = (1240, 1754)  # A4 at 150 dpi, (width, height)
@@ -87,12 +86,6 @@ def _scaled_configs(scale: str):
     draft = real_size_draft_config(text, block_size=BLOCK_SIZE, mask_token_id=text.vocab_size - 1) | _SMALL_DRAFT
     draft["dflash_config"] |= _SMALL_DFLASH
     return text, vision, _SMALL_IMAGE_PROCESSOR, draft
-
-
-def _peak_rss_bytes() -> int:
-    """This process's peak resident memory, or its children's if one of them peaked higher (Linux: KiB)."""
-    peaks = (resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    return 1024 * max(peaks)
 
 
 def _build(work: Path, scale: str) -> dict:
@@ -242,7 +235,7 @@ def run_stage(request: str) -> None:
                                context=options["context"], new_tokens=options["new_tokens"])
     else:
         raise ValueError(f"stage={stage!r}: supported: build, export, run")
-    result |= {"seconds": time.perf_counter() - start, "peak_rss": _peak_rss_bytes()}
+    result |= {"seconds": time.perf_counter() - start, "peak_rss": peak_resident_bytes()}
     Path(options["result"]).write_text(json.dumps(result) + "\n")
 
 
