@@ -1,7 +1,7 @@
 """How a tiny pair reads the pages it is most easily wrong on: look-alike glyphs and rows of digits.
 
-Reads the held-out pages of `utils.evaluation.glyph_confusion` through OpenVINO, as `python -m utils.ocr` reads them
-(Top-K scorer, threshold 0.5), at the device's default precision and at f32:
+Reads the held-out pages of `utils.pages.hard_pages` through OpenVINO, as `python -m utils.ocr` reads them (Top-K
+scorer, threshold 0.5), at the device's default precision and at f32:
 
 - look-alike strings at every glyph size of the atlas: the accuracy of every look-alike class (0/O/o, 1/I/l/|,
   brackets, +/x, n/m, ...), the worst one, and the most frequent confusions;

@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = {name: getattr(args, name) for name in ("hidden_size", "partial_rotary_factor")
              if getattr(args, name) is not None}
     try:
-        figures = run_reader_study(args.out, ReaderConfig(steps=args.steps, refine_steps=args.refine_steps), distill=distill,
-                                   acceptance_pages=args.pages, sizes=sizes)
+        figures = run_reader_study(args.out, ReaderConfig(steps=args.steps, refine_steps=args.refine_steps),
+                                   distill=distill, acceptance_pages=args.pages, sizes=sizes)
     except ValueError as error:
         parser.error(str(error))
     if args.json:

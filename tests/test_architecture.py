@@ -39,8 +39,9 @@ def test_no_source_file_cites_a_document_users_do_not_have():
     """The design notes the suite was built from are not in the repository: code says what it means, or links
     docs/. A citation of those notes by their file name would send a reader to a file they cannot open."""
     needle = "DES" "IGN"  # split, so that this file does not cite it
-    sources = [ROOT / "README.md"] + [path for folder in ("utils", "benchmarks", "tests", "app", "notebooks", "docs")
-                                      for suffix in ("py", "ipynb", "md") for path in (ROOT / folder).rglob(f"*.{suffix}")]
+    folders = ("utils", "benchmarks", "tests", "app", "notebooks", "docs")
+    sources = [ROOT / "README.md"] + [path for folder in folders for suffix in ("py", "ipynb", "md")
+                                      for path in (ROOT / folder).rglob(f"*.{suffix}")]
     citing = [str(path.relative_to(ROOT)) for path in sources
               if needle in path.read_text(encoding="utf-8")]
     assert sources and not citing, citing

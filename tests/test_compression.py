@@ -139,7 +139,8 @@ def test_the_shipped_reader_compressed_int8_writes_the_fp32_answers(tmp_path):
     pipelines = {fmt: SpeculativeOcrPipeline(folder, device="CPU", precision="f32")
                  for fmt, folder in (("fp32", fp32), ("int8", int8))}
     for page in PAGES:
-        answers = {fmt: pipeline.generate(page.image, "Text Recognition:").tokens for fmt, pipeline in pipelines.items()}
+        answers = {fmt: pipeline.generate(page.image, "Text Recognition:").tokens
+                   for fmt, pipeline in pipelines.items()}
         assert answers["int8"] == answers["fp32"], page.name
 
 

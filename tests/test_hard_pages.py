@@ -9,7 +9,7 @@ from utils.evaluation.character_error_rate import alignment, substitutions
 from utils.evaluation.glyph_confusion import MISSING, glyph_confusion
 from utils.pages.hard_pages import digit_grid_pages, look_alike_pages
 from utils.pages.reading_pages import (HARD_KINDS, LOOK_ALIKE_CLASSES, REFINING_KINDS, TRAINING_KINDS, line_split,
-                                            reading_pages)
+                                       reading_pages)
 from utils.pages.typewriter import GLYPH_SIZES, PAGE_ROWS, PAGE_WIDTH, render_typewriter_page
 
 

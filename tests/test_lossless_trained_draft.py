@@ -49,12 +49,13 @@ class Input:
 def invariant_inputs(paragraph: str) -> list[Input]:
     """The sample pages, 2 held-out generated pages, the 14 written by hand, a typed paragraph's 4 pages, a random
     page and a budget that ends inside a block: 32 inputs."""
-    pages = [Input(f"sample {page.name}", page.image) for page in sample_pages()]
+    samples = sample_pages()
+    pages = [Input(f"sample {page.name}", page.image) for page in samples]
     pages += [Input(f"held-out {page.name}", page.image) for page in reading_pages(2, seed=7, split="held-out")]
     pages += [Input(f"written {page.name}", page.image) for page in written_pages()]
     pages += [Input(f"typed paragraph {index}", image) for index, image in enumerate(typed_pages(paragraph), 1)]
     pages += [Input("random ASCII", reading_pages(1, seed=3, split="held-out", kinds=("random",))[0].image)]
-    pages += [Input(f"sample {sample_pages()[2].name}, budget {BUDGET_INSIDE_A_BLOCK}", sample_pages()[2].image,
+    pages += [Input(f"sample {samples[2].name}, budget {BUDGET_INSIDE_A_BLOCK}", samples[2].image,
                     BUDGET_INSIDE_A_BLOCK)]
     return pages
 
@@ -80,7 +81,7 @@ def openvino_readings(inputs):
 
 
 def test_openvino_speculative_equals_target_only_at_f32_with_drafts_accepted(inputs, openvino_readings):
-    readings, eos = openvino_readings
+    readings, _ = openvino_readings
     assert len(inputs) >= MIN_INPUTS
     for page, (expected, walks) in zip(inputs, readings, strict=True):
         for walk, result in walks.items():

@@ -11,7 +11,7 @@ import torch
 from utils.evaluation.character_error_rate import character_error_rate, edit_distance, substitutions
 from utils.pages.samples import SAMPLE_PROMPTS, sample_rows
 from utils.pages.reading_pages import (PAGE_KINDS, TRAINING_KINDS, UNPREDICTABLE_KINDS, ReadingPage, line_split,
-                                           reading_pages)
+                                       reading_pages)
 from utils.pages.typewriter import CELL, GLYPHS, PAGE_ROWS, PAGE_WIDTH, render_typewriter_page
 from utils.tiny import BUILD_STAMP, DistillConfig, ReaderConfig
 from utils.tiny.__main__ import main as tiny_cli

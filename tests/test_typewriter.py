@@ -8,8 +8,8 @@ from PIL import Image
 
 from utils.pages.reading_pages import reading_pages, sample_pages
 from utils.pages.typewriter import (CELL, GLYPH_ATLAS, GLYPH_SIZES, GLYPHS, MAX_PAGE_CELLS, PAGE_CELLS, PAGE_ROWS,
-                                         PAGE_WIDTH, Ink, draw_glyph_atlas, fit_page, joined_reading, page_text,
-                                         render_typewriter_page, typed_lines, typed_pages, typed_pages_lines)
+                                    PAGE_WIDTH, Ink, draw_glyph_atlas, fit_page, joined_reading, page_text,
+                                    render_typewriter_page, typed_lines, typed_pages, typed_pages_lines)
 from utils.pipeline.preprocessing import ImagePreprocessor
 
 

@@ -7,9 +7,9 @@ Every page is drawn from a seed (the same seed gives the same page everywhere) a
 The unpredictable kinds (`UNPREDICTABLE_KINDS`: uniformly random printable ASCII, code with made-up names, bordered
 tables, symbol runs, mixed-case strings) give a reader nothing to recite: it must read every glyph and keep its
 place by where it is on the page, not by what it expects to write. A reader trains on both (`TRAINING_KINDS`), and
-on pages with blank rows and short lines (`sparse_share`), which any text that fits the grid gives. Each row belongs to one split by a hash of
-its text, so a held-out page shows only rows that no training page can show: "text never seen in training"
-holds by construction, whatever the number of training pages. No row of a sample page
+on pages with blank rows and short lines (`sparse_share`), which any text that fits the grid gives. Each row belongs
+to one split by a hash of its text, so a held-out page shows only rows that no training page can show: "text never
+seen in training" holds by construction, whatever the number of training pages. No row of a sample page
 (`utils.pages.samples.sample_rows`) is ever generated.
 """
 
@@ -25,8 +25,7 @@ from functools import cache
 import numpy as np
 
 from utils.pages.samples import CORPUS_PATH, SamplePage, sample_rows
-from utils.pages.typewriter import (GLYPHS, PAGE_ROWS, PAGE_WIDTH, Ink, fit_page, page_text,
-                                         render_typewriter_page)
+from utils.pages.typewriter import GLYPHS, PAGE_ROWS, PAGE_WIDTH, Ink, fit_page, page_text, render_typewriter_page
 
 __all__ = ["PAGE_KINDS", "UNPREDICTABLE_KINDS", "TRAINING_KINDS", "HARD_KINDS", "REFINING_KINDS", "LOOK_ALIKE_CLASSES",
            "SPLITS", "SAMPLE_SEED", "ReadingPage", "iter_reading_pages", "reading_pages", "line_split",

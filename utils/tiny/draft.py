@@ -1,10 +1,11 @@
 """The tiny DSpark draft, laid out like openbmb/MiniCPM-OCR-1.0-DSpark (random weights).
 
-Published layout (docs/ir-contract.md, docs/real-checkpoints-settings.md): `config.json` with `architectures: ["Qwen3DSparkModel"]` and a
-`dflash_config` block; `model.safetensors` with 11 tensors per layer, `fc`, `hidden_norm`, `norm`, `lm_head`
-over the draft vocabulary, the vanilla Markov head (`markov_w1` over the input vocabulary, `markov_w2` rows
-cropped to the draft vocabulary), the confidence head and the delta-encoded `d2t`; no embedding table (the
-draft embeds with the target's); `local-to-target.json` with the absolute target ids; `export-audit.json`.
+Published layout (docs/ir-contract.md, docs/real-checkpoints-settings.md): `config.json` with
+`architectures: ["Qwen3DSparkModel"]` and a `dflash_config` block; `model.safetensors` with 11 tensors per layer,
+`fc`, `hidden_norm`, `norm`, `lm_head` over the draft vocabulary, the vanilla Markov head (`markov_w1` over the input
+vocabulary, `markov_w2` rows cropped to the draft vocabulary), the confidence head and the delta-encoded `d2t`; no
+embedding table (the draft embeds with the target's); `local-to-target.json` with the absolute target ids;
+`export-audit.json`.
 """
 
 from __future__ import annotations

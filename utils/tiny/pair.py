@@ -84,8 +84,8 @@ def first_phase_reader(pair: Path | str, config: TinyPairConfig, read: ReaderCon
                          f"phase of this reader")
     if "read" not in built:
         raise ValueError(f"{pair}: its target was never trained to read")
-    recorded = {key: value for key, value in built["read"].items() if not key.startswith("refine_")}
-    options = [key for key in read.first_phase_options() if recorded.get(key) != read.first_phase_options()[key]]
+    wanted_read = read.first_phase_options()
+    options = [key for key in wanted_read if built["read"].get(key) != wanted_read[key]]
     if options or built["read"].get("refine_steps"):
         raise ValueError(f"{pair}: its reader was trained otherwise than this reader's first phase "
                          f"({', '.join(options) or 'it was refined already'})")

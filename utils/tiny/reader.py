@@ -46,8 +46,8 @@ from utils.tiny.pretrain import zero_padding_rows
 from utils.tiny.target import quiet_progress_bars
 from utils.tiny.training import quiet_single_thread, train_steps
 
-__all__ = ["ReadingScore", "ReaderReport", "FirstPhase", "READING_SLACK", "read_pages", "score_readings", "reading_losses",
-           "add_precision_noise", "train_reader", "mark_typewriter_reader", "reading_summary"]
+__all__ = ["ReadingScore", "ReaderReport", "FirstPhase", "READING_SLACK", "read_pages", "score_readings",
+           "reading_losses", "add_precision_noise", "train_reader", "mark_typewriter_reader", "reading_summary"]
 
 READING_SLACK = 8  # a reading may run this many tokens past the page's text before it is cut
 
@@ -219,11 +219,12 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
         losses = [first_phase.report["first_loss"]] if first_phase else []
         for index, (steps, kinds, learning_rate, checkpoints) in enumerate(phases):
             refining = index > 0 or first_phase is not None
+            seed = config.seed + (_REFINE_SEED if refining else 0)
             if refining:
-                torch.manual_seed(config.seed + _REFINE_SEED)
+                torch.manual_seed(seed)
             start, measured = time.perf_counter(), measuring[0]
             losses += _train_phase(model, processor, config, kinds=kinds, steps=steps, learning_rate=learning_rate,
-                                   seed=config.seed + (_REFINE_SEED if refining else 0), refining=refining,
+                                   seed=seed, refining=refining,
                                    checkpoints=_checkpoint_steps(steps, checkpoints), curve=curve, examples=examples,
                                    held_out_score=held_out_score)
             zero_padding_rows(model, tokenizer_size=len(processor.tokenizer))  # as a saved first phase has them
@@ -233,7 +234,8 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
             handle.remove()
         score = held_out_score()
         curve.append((examples, score.cer))
-        hard = held_out_score(reading_pages(config.held_out_pages, seed=config.seed, split="held-out", kinds=HARD_KINDS))
+        hard = held_out_score(reading_pages(config.held_out_pages, seed=config.seed, split="held-out",
+                                            kinds=HARD_KINDS))
         model.eval()
         with quiet_progress_bars():
             model.save_pretrained(target_dir)

@@ -36,8 +36,8 @@ from utils.pages.reading_pages import TRAINING_KINDS, ReadingPage, reading_pages
 from utils.pages.typewriter import page_text, render_typewriter_page
 from utils.pages.written_pages import written_pages
 
-__all__ = ["READING_PAGES", "WALKS", "measure_reading", "read_hard_pages", "hard_pages_summary", "reading_report_summary", "reading_rows", "unseen_font_page",
-           "another_shape_page"]
+__all__ = ["READING_PAGES", "WALKS", "measure_reading", "read_hard_pages", "hard_pages_summary", "reading_report_summary",
+           "reading_rows", "unseen_font_page", "another_shape_page"]
 
 READING_PAGES = 40  # held-out generated pages read per setting
 _OTHER_PAGES = 20  # held-out pages of random text, and of blank and short rows
@@ -74,7 +74,7 @@ def _read(pipeline, pages: Sequence[ReadingPage], **options) -> dict:
     figures = {"cer": round(character_error_rate(zip(texts, (page.text for page in pages), strict=True)), 4),
                "distinct_answers": len(set(texts)),
                "row_slips": sum(row_slip(text, page.text) for text, page in zip(texts, pages, strict=True)),
-               "reached_budget": sum(result.tokens[-1:] != [] and result.tokens[-1] not in pipeline.eos_token_ids
+               "reached_budget": sum(bool(result.tokens) and result.tokens[-1] not in pipeline.eos_token_ids
                                      for result in results),
                "texts": texts}
     if results[0].drafted:
@@ -86,8 +86,8 @@ def _read(pipeline, pages: Sequence[ReadingPage], **options) -> dict:
 
 
 def read_hard_pages(pipeline, *, per_size: int = LOOK_ALIKE_PAGES_PER_SIZE, grids: int = DIGIT_GRID_PAGES) -> dict:
-    """Reads the held-out look-alike pages (every glyph size) and digit grids (`utils.evaluation.glyph_confusion`) at the
-    CLI's defaults: per kind the CER, tokens per step, row slips and readings that reached the budget, and for the
+    """Reads the held-out look-alike pages (every glyph size) and digit grids (`utils.pages.hard_pages`) at the CLI's
+    defaults: per kind the CER, tokens per step, row slips and readings that reached the budget, and for the
     look-alikes the accuracy of every look-alike class and the most frequent confusions."""
     look, grid = look_alike_pages(per_size), digit_grid_pages(grids)
     look_figures = _read(pipeline, look, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
@@ -153,7 +153,8 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
             "random": _read(default, random_pages, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD),
             "written": _read(default, written, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD),
             "sparse": _read(default, sparse_pages, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)}
-        hard = read_hard_pages(default) if pages >= READING_PAGES else read_hard_pages(default, per_size=1, grids=others)
+        hard = (read_hard_pages(default) if pages >= READING_PAGES
+                else read_hard_pages(default, per_size=1, grids=others))
         shape_page = another_shape_page()
         shape = default.generate(shape_page.image, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
         precision = default.inference_precision
