@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.harness import interleaved_rounds
 from utils.archive import ReadSettings, read_inputs
 from utils.archive.workers import available_cores, threads_per_worker
 from utils.cli import add_json_option, command_parser, int_at_least, write_json
@@ -53,17 +54,14 @@ def measure(archives: dict[str, Path], settings: ReadSettings, work: Path, *, ro
     rows = []
     for name, folder in archives.items():
         runs, single = {configuration: [] for configuration in CONFIGURATIONS}, None
-        for round_index in range(rounds):
-            order = list(CONFIGURATIONS)[round_index % len(CONFIGURATIONS):] + list(CONFIGURATIONS)[
-                :round_index % len(CONFIGURATIONS)]
-            for configuration in order:
-                out = work / f"{name} - {configuration} - {round_index}.jsonl"
-                runs[configuration].append(read_inputs([folder], out, settings, progress=False,
-                                                       **CONFIGURATIONS[configuration]))
-                written = page_texts(read_records(out))
-                single = single or written
-                if written != single:
-                    raise SystemExit(f"{configuration} wrote other texts than one worker on {name}")
+        for round_index, configuration in interleaved_rounds(list(CONFIGURATIONS), rounds):
+            out = work / f"{name} - {configuration} - {round_index}.jsonl"
+            runs[configuration].append(read_inputs([folder], out, settings, progress=False,
+                                                   **CONFIGURATIONS[configuration]))
+            written = page_texts(read_records(out))
+            single = single or written
+            if written != single:
+                raise SystemExit(f"{configuration} wrote other texts than one worker on {name}")
         for configuration, summaries in runs.items():
             rows.append({"archive": name, "configuration": configuration, "pages": summaries[0].read,
                          "errors": summaries[0].failed,

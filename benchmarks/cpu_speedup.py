@@ -41,7 +41,7 @@ import numpy as np
 
 from benchmarks.engine_efficiency import check_invariant
 from benchmarks.harness import (BLOCK_SIZE, WARM_UP_CONTEXT, TableEmbeddings, add_contexts_option, add_run_options,
-                                add_work_option, in_round_order, prepare_draft, prepare_target)
+                                add_work_option, interleaved_rounds, prepare_draft, prepare_target)
 from benchmarks.margins import LogitRecorder, top_margins
 from benchmarks.real_size_model import VERIFY_LENGTH
 from benchmarks.roofline import bytes_per_token, memory_bandwidth, roofline_row, weight_bytes
@@ -184,28 +184,26 @@ def measure(language_models: dict, embed, drafts: dict, recorded: list[RecordedS
             print(f"  context {context}, target at {precision}: reference run and warm-ups done; step cost "
                   f"{step_cost.fixed_ms:.1f} ms + {step_cost.per_draft_ms:.2f} ms per draft verified", flush=True)
     raw = {}
-    for round_index in range(rounds):
-        for context in contexts:
-            runs = [(precision, name) for precision in language_models for name in setups[(context, precision)][3]]
-            for precision, name in in_round_order(runs, round_index):
-                context_embeds, reference, margins, configs = setups[(context, precision)]
-                counters, threshold, step_cost = configs[name]
-                tokens, steps, seconds = counters.run(context_embeds, new_tokens, confidence_threshold=threshold,
-                                                      step_cost=step_cost)
-                label = f"context {context}, {precision}, {name}, round {round_index}"
-                check_invariant(tokens, reference, label=label, strict=precision == "f32")
-                first = first_difference(tokens, reference[:len(tokens)])
-                record = raw.setdefault((context, precision, name),
-                                        {"steps": [], "verified": [], "decode_s": [], "tokens": [], "differences": []})
-                skip = 0 if name == TARGET_ONLY else 1  # the first speculative step ingests the context
-                record["steps"] += steps[skip:]
-                record["verified"] += [len(step.drafted) for step in counters.last_steps[1 + skip:]]
-                record["decode_s"].append(seconds)
-                record["tokens"].append(len(tokens))
-                if first is not None:
-                    record["differences"].append({"round": round_index, "position": first,
-                                                  "reference_relative_margin": float(margins[first])})
-                print(f"  round {round_index} context {context} {precision} {name}: {seconds:.2f} s", flush=True)
+    runs = [(context, precision, name) for (context, precision), setup in setups.items() for name in setup[3]]
+    for round_index, (context, precision, name) in interleaved_rounds(runs, rounds):
+        context_embeds, reference, margins, configs = setups[(context, precision)]
+        counters, threshold, step_cost = configs[name]
+        tokens, steps, seconds = counters.run(context_embeds, new_tokens, confidence_threshold=threshold,
+                                              step_cost=step_cost)
+        label = f"context {context}, {precision}, {name}, round {round_index}"
+        check_invariant(tokens, reference, label=label, strict=precision == "f32")
+        first = first_difference(tokens, reference[:len(tokens)])
+        record = raw.setdefault((context, precision, name),
+                                {"steps": [], "verified": [], "decode_s": [], "tokens": [], "differences": []})
+        skip = 0 if name == TARGET_ONLY else 1  # the first speculative step ingests the context
+        record["steps"] += steps[skip:]
+        record["verified"] += [len(step.drafted) for step in counters.last_steps[1 + skip:]]
+        record["decode_s"].append(seconds)
+        record["tokens"].append(len(tokens))
+        if first is not None:
+            record["differences"].append({"round": round_index, "position": first,
+                                          "reference_relative_margin": float(margins[first])})
+        print(f"  round {round_index} context {context} {precision} {name}: {seconds:.2f} s", flush=True)
     return raw, costs
 
 

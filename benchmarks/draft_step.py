@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import add_contexts_option, add_rounds_option, add_work_option, in_round_order, prepare_draft
+from benchmarks.harness import (add_contexts_option, add_rounds_option, add_work_option, interleaved_rounds,
+                                prepare_draft)
 from utils.cli import command_parser, int_at_least
 from utils.contract import INPUTS_EMBEDS, WEIGHT_FORMATS
 from utils.engine.device import PRECISIONS, compile_properties, inference_precision
@@ -67,16 +68,15 @@ def measure(folder: Path, *, contexts: list[int], precisions: list[str], steps: 
     width = len(draft.info.target_layer_ids) * hidden_size
     block = rng.standard_normal((1, draft.info.block_size, hidden_size), np.float32)
     samples = {(precision, context): [] for precision in precisions for context in contexts}
-    for round_index in range(rounds):
-        for precision, context in in_round_order(list(samples), round_index):
-            draft, head, _ = parts[precision]
-            draft.crop(0)
-            draft.forward_block(block, rng.standard_normal((1, context, width), np.float32))
+    for _, (precision, context) in interleaved_rounds(list(samples), rounds):
+        draft, head, _ = parts[precision]
+        draft.crop(0)
+        draft.forward_block(block, rng.standard_normal((1, context, width), np.float32))
+        draft.crop(context)
+        for _ in range(steps):
+            samples[precision, context].append(
+                _step(draft, head, block, rng.standard_normal((1, new_context, width), np.float32)))
             draft.crop(context)
-            for _ in range(steps):
-                samples[precision, context].append(
-                    _step(draft, head, block, rng.standard_normal((1, new_context, width), np.float32)))
-                draft.crop(context)
     medians = {key: {part: statistics.median(sample[part] for sample in values) for part in values[0]}
                for key, values in samples.items()}
     return medians | {"ran_at": {precision: parts[precision][2] for precision in precisions}}

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import (BLOCK_SIZE, TableEmbeddings, add_contexts_option, add_run_options, add_work_option,
-                                in_round_order, prepare_draft, prepare_target)
+                                interleaved_rounds, prepare_draft, prepare_target)
 from benchmarks.real_size_model import VERIFY_LENGTH
 from benchmarks.stand_ins import ForcedAcceptanceProposer, StepCounters, summarize, tau_schedule
 from utils.cli import add_json_option, command_parser, float_between, write_json
@@ -87,19 +87,19 @@ def measure(language_model, embed: TableEmbeddings, draft: DSparkProposer, *, co
         setups[context] = (context_embeds, reference, runners)
     raw = {(context, name): {"steps": [], "first_step_ms": [], "decode_s": [], "matches": []}
            for context in contexts for name in ["target", *taus]}
-    for round_index in range(rounds):
-        for context, (context_embeds, reference, runners) in setups.items():
-            for name in in_round_order(list(runners), round_index):
-                tokens, steps, decode_seconds = runners[name].run(context_embeds, new_tokens)
-                record = raw[(context, name)]
-                record["matches"].append(check_invariant(tokens, reference, strict=strict,
-                                                          label=f"context {context}, {name}, round {round_index}"))
-                first = 0 if name == "target" else 1
-                record["first_step_ms"].append(1000 * steps[0]["wall"])
-                record["steps"] += steps[first:]
-                record["decode_s"].append(decode_seconds)
-                print(f"  round {round_index} context {context} {name}: {len(tokens)} tokens in "
-                      f"{decode_seconds:.2f} s", flush=True)
+    runs = [(context, name) for context, (_, _, runners) in setups.items() for name in runners]
+    for round_index, (context, name) in interleaved_rounds(runs, rounds):
+        context_embeds, reference, runners = setups[context]
+        tokens, steps, decode_seconds = runners[name].run(context_embeds, new_tokens)
+        record = raw[(context, name)]
+        record["matches"].append(check_invariant(tokens, reference, strict=strict,
+                                                  label=f"context {context}, {name}, round {round_index}"))
+        first = 0 if name == "target" else 1
+        record["first_step_ms"].append(1000 * steps[0]["wall"])
+        record["steps"] += steps[first:]
+        record["decode_s"].append(decode_seconds)
+        print(f"  round {round_index} context {context} {name}: {len(tokens)} tokens in "
+              f"{decode_seconds:.2f} s", flush=True)
     return raw
 
 

@@ -2,7 +2,7 @@
 
 The artefacts are the random real-size target (`benchmarks.real_size_model`) and a random DSpark draft of the real
 draft's size, exported once into a work folder (`--work`, `WORK_FOLDER` by default) and reused by every benchmark
-that names the same folder. Rounds are interleaved (`in_round_order`), so the shared CPU's drift hits every
+that names the same folder. Rounds are interleaved (`interleaved_rounds`), so the shared CPU's drift hits every
 configuration alike.
 """
 
@@ -14,7 +14,7 @@ import resource
 import shutil
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,7 @@ from utils.engine.timing import Clock
 
 __all__ = ["BLOCK_SIZE", "PREFILL_CHUNK", "WORK_FOLDER", "CONTEXTS", "WARM_UP_CONTEXT", "add_work_option",
            "add_contexts_option", "add_rounds_option", "add_run_options", "prepare_target", "prepare_draft",
-           "TableEmbeddings", "in_round_order", "median_ms", "peak_resident_bytes"]
+           "TableEmbeddings", "interleaved_rounds", "median_ms", "peak_resident_bytes"]
 
 BLOCK_SIZE = VERIFY_LENGTH - 1
 PREFILL_CHUNK = 128
@@ -49,7 +49,7 @@ def add_contexts_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_rounds_option(parser: argparse.ArgumentParser, *, rounds: int = 3) -> None:
-    """--rounds: how often every configuration repeats, interleaved (`in_round_order`)."""
+    """--rounds: how often every configuration repeats, interleaved (`interleaved_rounds`)."""
     parser.add_argument("--rounds", metavar="N", type=int_at_least(1), default=rounds,
                         help="interleaved repetitions of every configuration")
 
@@ -130,11 +130,13 @@ class TableEmbeddings:
             return self.table[np.asarray(input_ids)]
 
 
-def in_round_order(names: list, round_index: int) -> list:
-    """The configurations in the order of round `round_index`: each round starts one later, so the shared CPU's
-    drift hits all of them alike."""
-    shift = round_index % len(names)
-    return names[shift:] + names[:shift]
+def interleaved_rounds(configurations: list, rounds: int) -> Iterator[tuple[int, object]]:
+    """Every configuration `rounds` times, as (round index, configuration): each round starts one configuration
+    later, so the shared CPU's drift hits all of them alike."""
+    for round_index in range(rounds):
+        shift = round_index % len(configurations)
+        for configuration in configurations[shift:] + configurations[:shift]:
+            yield round_index, configuration
 
 
 def median_ms(call: Callable[[], object], *, repeats: int, warm_up: int = 0) -> float:

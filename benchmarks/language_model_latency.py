@@ -27,21 +27,20 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import add_contexts_option, median_ms, peak_resident_bytes
+from benchmarks.harness import PREFILL_CHUNK, add_contexts_option, median_ms, peak_resident_bytes
 from benchmarks.real_size_model import HIDDEN_LAYER_IDS, VERIFY_LENGTH, build_random_text_model
 from utils.cli import command_parser, existing_dir, int_at_least
 from utils.contract import (ATTENTION_MASK, INPUTS_EMBEDS, LANGUAGE_MODEL_NAME, NUM_LOGITS, POSITION_IDS,
                             past_recurrent_state, rollback_delta, rollback_key, rollback_log_decay)
 from utils.engine.device import PRECISIONS
+from utils.notebook.display import markdown_table
 
 __all__ = ["main"]
 
-PREFILL_CHUNK = 128
 CALLS = {"decode": (1, 1), "verify": (VERIFY_LENGTH, VERIFY_LENGTH), "prefill": (PREFILL_CHUNK, 1)}  # (S, logits)
 
 
@@ -103,13 +102,14 @@ def _time_calls(folder: Path, properties: dict, *, contexts: list[int], repeats:
                                                repeats=repeats)
     outputs = {name: request.get_tensor(name).data for port in compiled.outputs for name in port.get_names()}
     layers = [layer for layer in range(len(outputs)) if rollback_key(layer) in outputs]
-    start = time.perf_counter()
-    for _ in range(repeats):
+
+    def rollback():
         for layer in layers:
             rebuild_recurrent_state(inputs[past_recurrent_state(layer)], outputs[rollback_key(layer)],
                                     outputs[rollback_delta(layer)], outputs[rollback_log_decay(layer)],
                                     PREFILL_CHUNK // 2)
-    timings["rollback_host_ms"] = 1000 * (time.perf_counter() - start) / repeats
+
+    timings["rollback_host_ms"] = median_ms(rollback, repeats=repeats)
     return timings
 
 
@@ -147,27 +147,28 @@ def main(argv: list[str] | None = None) -> None:
                         help="timed runs of each call (the median counts)")
     parser.add_argument("--precision", choices=PRECISIONS, default="f32",
                         help="f32: exact (the parity setting); default: the CPU's own (bf16 here)")
-    parser.add_argument("--memory-of", metavar="DIR", type=existing_dir, help=argparse.SUPPRESS)  # the fresh process of the memory figure
+    # the fresh process that measures the memory figure
+    parser.add_argument("--memory-of", metavar="DIR", type=existing_dir, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     properties = compile_properties("CPU", precision=args.precision)
     if args.memory_of is not None:
         print(json.dumps(_session_peak_memory(args.memory_of, properties)), flush=True)
         return
 
+    rows = []
     with tempfile.TemporaryDirectory(prefix="lm-latency-") as folder:
-        folders = _export(Path(folder), args.formats)
-        cells = " | ".join(f"{call} ({CALLS[call][0]}) @ {context} (ms)" for context in args.contexts for call in CALLS)
-        print(f"\nprecision {args.precision}\n\n| weights | weights file (GB) | session peak RSS (GB) | {cells} | "
-              f"host rollback (ms) |")
-        print("|---|---|---|" + "---|" * (len(args.contexts) * len(CALLS)) + "---|")
-        for weight_format, path in folders.items():
+        for weight_format, path in _export(Path(folder), args.formats).items():
             memory = _measure_memory_in_a_fresh_process(path, args.precision)
             timings = _time_calls(path, properties, contexts=args.contexts, repeats=args.repeats)
             weights_gb = (path / LANGUAGE_MODEL_NAME).with_suffix(".bin").stat().st_size / 2 ** 30
-            times = " | ".join(f"{timings[call, context]:.1f}" for context in args.contexts for call in CALLS)
-            print(f"| {weight_format} | {weights_gb:.2f} | {memory['peak_rss_gb']:.2f} | {times} | "
-                  f"{timings['rollback_host_ms']:.1f} |", flush=True)
+            rows.append({"weights": weight_format, "weights file (GB)": f"{weights_gb:.2f}",
+                         "session peak RSS (GB)": f"{memory['peak_rss_gb']:.2f}"}
+                        | {f"{call} ({CALLS[call][0]}) @ {context} (ms)": f"{timings[call, context]:.1f}"
+                           for context in args.contexts for call in CALLS}
+                        | {"host rollback (ms)": f"{timings['rollback_host_ms']:.1f}"})
+            print(f"  measured {weight_format}", flush=True)
             gc.collect()
+    print(f"\nprecision {args.precision}\n\n" + markdown_table(rows, right=set(rows[0]) - {"weights"}))
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ def run_reader_study(out: Path | str, read: ReaderConfig, *, distill: DistillCon
     from utils.tiny.reader import reading_summary
     from utils.tiny.reading_report import measure_reading, reading_report_summary
 
-    pair = build_tiny_pair(out, TinyPairConfig(**(READING_PAIR | (sizes or {}))), read=read, distill=distill, overwrite=True)
+    pair = build_tiny_pair(out, TinyPairConfig(**(READING_PAIR | (sizes or {}))), read=read, distill=distill,
+                           overwrite=True)
     print(reading_summary(pair.reading))
     figures = {"reading": pair.reading.as_dict(), "acceptance": None,
                "sizes_mb": {part.name: round(folder_size(part) / 1e6, 2) for part in (pair.target, pair.draft)}}

@@ -28,7 +28,7 @@ import numpy as np
 
 from benchmarks.cpu_speedup import INPUT_SCALE, UPSTREAM_TAU, greedy_reference
 from benchmarks.harness import (BLOCK_SIZE, WARM_UP_CONTEXT, TableEmbeddings, add_contexts_option, add_rounds_option,
-                                add_work_option, in_round_order, prepare_draft, prepare_target)
+                                add_work_option, interleaved_rounds, prepare_draft, prepare_target)
 from benchmarks.real_size_model import VERIFY_LENGTH
 from benchmarks.stand_ins import ForcedAcceptanceProposer, StepCounters, summarize, tau_schedule
 from utils.cli import command_parser, int_at_least
@@ -74,10 +74,9 @@ def measure_real_size(work: Path, *, contexts: list[int], new_tokens: int, round
         agreement = {"int8": 1.0, "int4": (len(int8_tokens) if first is None else first) / len(int8_tokens)}
         margin = {"int8": None, "int4": None if first is None else float(int8_margins[first])}
         steps = {key: [] for key in ((context, fmt, name) for fmt in FORMATS for name in setups[(context, fmt)])}
-        for round_index in range(rounds):
-            for context_, fmt, name in in_round_order(list(steps), round_index):
-                run_steps = setups[(context_, fmt)][name].run(context_embeds, new_tokens)[1]
-                steps[(context_, fmt, name)] += run_steps if name == "target only" else run_steps[1:]
+        for _, (context_, fmt, name) in interleaved_rounds(list(steps), rounds):
+            run_steps = setups[(context_, fmt)][name].run(context_embeds, new_tokens)[1]
+            steps[(context_, fmt, name)] += run_steps if name == "target only" else run_steps[1:]
         for fmt in FORMATS:
             baseline = summarize(steps[(context, fmt, "target only")])
             for name in setups[(context, fmt)]:
