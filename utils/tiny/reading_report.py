@@ -125,7 +125,8 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
 
     Returns:
         JSON-ready figures: per setting the CER, distinct answers, tokens per step (speculative runs), confidence
-        AUC; the agreement between precisions; the unseen-font CER; the precision the device really ran.
+        AUC; the agreement between precisions; the unseen-font CER; the precision the device really ran; the
+        target's own f32 readings of the held-out pages (`target_only.f32.readings`, in page order).
     """
     from utils.export.draft import export_draft
     from utils.export.target import export_target
@@ -160,6 +161,7 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
         precision = default.inference_precision
     truth_f32 = alone["f32"].pop("texts")
     truth_default = alone["default"].pop("texts")
+    alone["f32"]["readings"] = truth_f32  # the one reading every CPU must give: what a test reads again
     cli_texts = cli.pop("texts")
     return {
         "pages": pages, "split": "held-out", "device": device, "default_precision": precision,
