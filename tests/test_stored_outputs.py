@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from utils.notebook.stored_outputs import (WIDGET_VIEW, absolute_paths, clean_outputs, output_noise, outputs_stamp,
-                                          shipped_pair_digest, stamp_outputs)
+from utils.notebook.stored_outputs import (WIDGET_STATE, WIDGET_VIEW, absolute_paths, clean_outputs, output_noise,
+                                          outputs_stamp, shipped_pair_digest, stamp_outputs)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + [ROOT / "app" / "speculative-ocr.ipynb"]
@@ -70,6 +70,29 @@ def test_warnings_frozen_bars_and_empty_widgets_are_found():
                               "data": {"text/html": ["<pre style=''></pre>\n"], "text/plain": [""]}})]}
     assert [line.split(": ")[1] for line in output_noise(noisy)] == [
         "stderr", "stdout", "stale widget output", "stale widget output", "stale widget output"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name)
+def test_committed_notebooks_are_clean(path):
+    """Cleaning a committed notebook again changes nothing: no stale widget output, no saved state of a widget
+    no output shows."""
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    assert clean_outputs(json.loads(json.dumps(notebook))) == notebook
+
+
+def test_cleaning_keeps_the_state_of_shown_widgets_and_what_they_refer_to():
+    def view(model_id: str) -> dict:
+        return {"output_type": "display_data", "metadata": {},
+                "data": {WIDGET_VIEW: {"model_id": model_id, "version_major": 2, "version_minor": 0},
+                         "text/plain": "Dropdown()"}}
+    state = {"a1": {"model_name": "DropdownModel", "state": {"layout": "IPY_MODEL_b2", "style": "IPY_MODEL_c3"}},
+             "b2": {"model_name": "LayoutModel", "state": {}}, "c3": {"model_name": "StyleModel", "state": {}},
+             "d4": {"model_name": "FloatProgressModel", "state": {"layout": "IPY_MODEL_e5"}},
+             "e5": {"model_name": "LayoutModel", "state": {}}}
+    notebook = {"cells": [_cell(view("a1"))],
+                "metadata": {"widgets": {WIDGET_STATE: {"state": state, "version_major": 2, "version_minor": 0}}}}
+    kept = clean_outputs(notebook)["metadata"]["widgets"][WIDGET_STATE]["state"]
+    assert sorted(kept) == ["a1", "b2", "c3"]
 
 
 def test_cleaning_drops_stale_widgets_and_keeps_the_rest():

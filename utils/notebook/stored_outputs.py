@@ -16,6 +16,7 @@ is not the shipped pair's, so retraining the pair means executing every notebook
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -24,6 +25,8 @@ __all__ = ["STAMP_KEY", "shipped_pair_digest", "outputs_stamp", "stamp_outputs",
            "clean_outputs", "main"]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"  # notebook metadata: the saved state of every widget
+_MODEL_REFERENCE = re.compile(r"IPY_MODEL_([0-9a-f]+)")
 _FROZEN_BAR = re.compile(r"\b0%\|")
 _WARNING = re.compile(r"Warning\b|WARNING\b|^W\d{4} ", re.MULTILINE)
 # A path from a file system's root (a home, a checkout, a temporary folder) or a Windows drive: it names the
@@ -99,11 +102,31 @@ def output_noise(notebook: dict) -> list[str]:
 
 
 def clean_outputs(notebook: dict) -> dict:
-    """The notebook without stale widget outputs (frozen bars, empty `Output()` widgets); the rest untouched."""
+    """The notebook without stale widget outputs (frozen bars, empty `Output()` widgets) and without the stored
+    state of widgets no kept output shows (`_shown_widget_state`); the rest untouched."""
     for cell in notebook["cells"]:
         if "outputs" in cell:
             cell["outputs"] = [output for output in cell["outputs"] if not _is_stale_widget(output)]
+    saved = notebook.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE)
+    if saved:
+        saved["state"] = _shown_widget_state(notebook, saved["state"])
     return notebook
+
+
+def _shown_widget_state(notebook: dict, state: dict) -> dict:
+    """The saved widget models a kept output shows, with the models they refer to ("IPY_MODEL_<id>": layouts,
+    styles, children). A headless run saves every widget it made, the progress bars `clean_outputs` drops among
+    them; their state would only weigh on the file."""
+    wanted = [output["data"][WIDGET_VIEW]["model_id"] for cell in notebook["cells"]
+              for output in cell.get("outputs", []) if WIDGET_VIEW in output.get("data", {})]
+    kept: dict = {}
+    while wanted:
+        model_id = wanted.pop()
+        if model_id in kept or model_id not in state:
+            continue
+        kept[model_id] = state[model_id]
+        wanted += _MODEL_REFERENCE.findall(json.dumps(state[model_id]))
+    return {model_id: model for model_id, model in state.items() if model_id in kept}
 
 
 def main(paths: list[str]) -> int:
