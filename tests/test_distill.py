@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import shutil
@@ -82,6 +83,11 @@ def test_training_pages_never_show_a_line_of_the_held_out_pages():
     typewriter = training_pages(3, seed=4, style="typewriter")  # the training split, inked at random
     generated = itertools.islice(iter_reading_pages(seed=4, kinds=TRAINING_KINDS, ink=Ink.random), 3)
     assert [page.tobytes() for page in typewriter] == [page.image.tobytes() for page in generated]
+    unmoved = training_pages(3, seed=4, style="typewriter", unmoved_share=1.0)  # every glyph where a user's page has it
+    generated = itertools.islice(iter_reading_pages(seed=4, kinds=TRAINING_KINDS,
+                                                    ink=functools.partial(Ink.random, unmoved_share=1.0)), 3)
+    assert [page.tobytes() for page in unmoved] == [page.image.tobytes() for page in generated]
+    assert [page.tobytes() for page in unmoved] != [page.tobytes() for page in typewriter]
 
 
 def test_frequent_vocabulary_keeps_draft_ids_of_kept_tokens_and_holds_eos():
@@ -145,11 +151,23 @@ def test_distillation_is_deterministic_from_the_command_line_and_python(tmp_path
     ({"prompts": ()}, "prompts"), ({"learning_rate": 0.0}, "learning_rate=0.0"),
     ({"page_style": "poster"}, "page_style='poster'"), ({"anchors_per_sequence": -1}, "anchors_per_sequence=-1"),
     ({"alignment_weight": -1.0}, "alignment_weight=-1.0"), ({"alignment_weight": 1.0}, "needs page_style='typewriter'"),
-    ({"calibration_pages": -1}, "calibration_pages=-1"),
+    ({"calibration_pages": -1}, "calibration_pages=-1"), ({"unmoved_share": 1.5}, "unmoved_share=1.5"),
 ])
 def test_invalid_distill_options_are_rejected(options, message):
     with pytest.raises(ValueError, match=message):
         DistillConfig(**options)
+
+
+def test_a_draft_distilled_with_every_glyph_moved_records_the_options_it_did_before_the_unmoved_share(
+        tmp_path, capsys):
+    """The shipped pair's stamp stays the shipped recipe's; a share is recorded once it is asked for."""
+    assert "unmoved_share" not in DistillConfig(**READING_DISTILL).options()
+    assert DistillConfig(**READING_DISTILL | {"unmoved_share": 0.5}).options()["unmoved_share"] == 0.5
+    from utils.tiny.__main__ import main as tiny_cli
+
+    out = tmp_path / "cli"
+    assert tiny_cli(["--out", str(out), "--distill", "--distill-unmoved-share", "1.5"]) == 2
+    assert "unmoved_share=1.5" in capsys.readouterr().err and not out.exists()
 
 
 def _sequence(prompt_length: int, answer: list[int], image_positions: list[int]):

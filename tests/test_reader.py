@@ -316,7 +316,10 @@ def test_refine_options_are_checked():
         ReaderConfig(refine_learning_rate=0)
     with pytest.raises(ValueError, match="refine_kinds"):
         ReaderConfig(refine_kinds=())
-    assert "refine_steps" not in ReaderConfig().first_phase_options()
+    for share in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="refine_unmoved_share"):
+            ReaderConfig(refine_unmoved_share=share)
+    assert not any(key.startswith("refine_") for key in ReaderConfig().first_phase_options())
     assert ReaderConfig().options() == ReaderConfig().first_phase_options()  # an unrefined reader's stamp as before
     refined = ReaderConfig(refine_steps=9).options()
     assert refined["refine_steps"] == 9 and ReaderConfig().first_phase_options().items() <= refined.items()

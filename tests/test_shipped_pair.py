@@ -100,6 +100,21 @@ MISSED = ("a goal the shipped pair misses (docs/tiny-pair.md): the reader runs o
           "look-alike glyphs; strict, so that the pair that meets it must remove this mark")
 
 
+@pytest.mark.xfail(strict=True, reason=MISSED)
+def test_the_shipped_pair_met_issue_48s_goals_on_the_hard_pages_when_it_was_built(manifest):
+    """Look-alike glyphs at every size and rows of digits, as the build read them at the CLI's defaults
+    (`python -m benchmarks.hard_pages` reads them again): every look-alike class read right 99% of the time, the
+    digit grids at 1% CER and 4.5 tokens per step, none running to the budget or losing its place. The shipped
+    pair: `({[` 82.0%, grids 8.9% at 2.30 tokens per step, 2 at the budget; the refined candidate of
+    docs/tiny-pair.md meets every one."""
+    hard = manifest["reading"]["hard_pages"]
+    look, grids = hard["look_alikes"], hard["digit_grids"]
+    assert look["pages"] == 21 and grids["pages"] == 20
+    assert min(look["accuracy_by_class"].values()) >= 0.99, look["confusions"]
+    assert grids["cer"] <= 0.01 and grids["tokens_per_step"] >= 4.5
+    assert grids["reached_budget"] == look["reached_budget"] == 0 and grids["row_slips"] == 0
+
+
 @pytest.mark.slow
 def test_the_shipped_pair_reads_the_sample_pages(readings):
     """What a newcomer sees first: every sample page read, each differently, the draft accepted for several tokens

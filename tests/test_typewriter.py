@@ -78,6 +78,20 @@ def test_the_same_lines_give_the_same_pixels_and_random_ink_varies_them():
     assert inked.tobytes() != render_typewriter_page(lines).tobytes()
 
 
+def test_random_ink_moves_glyphs_except_on_the_unmoved_share_and_draws_as_before_without_one():
+    """At share 0 the generator gives what it gave before the share existed (size, ink, paper, glyphs moved), so a
+    first phase's pages, and a reader refined from a saved one (`--reader-from`), stay the same bits."""
+    moved, drawn = np.random.default_rng(5), np.random.default_rng(5)
+    ink = Ink.random(moved)
+    expected = (int(drawn.choice(GLYPH_SIZES)), int(drawn.integers(0, 90)), int(drawn.integers(200, 256)), 2)
+    assert (ink.size, ink.ink, ink.paper, ink.jitter) == expected
+    assert moved.bit_generator.state == drawn.bit_generator.state
+    rng = np.random.default_rng(0)
+    assert {Ink.random(rng, unmoved_share=1.0).jitter for _ in range(20)} == {0}
+    unmoved = sum(Ink.random(rng, unmoved_share=0.5).jitter == 0 for _ in range(400))
+    assert 150 <= unmoved <= 250
+
+
 @pytest.mark.parametrize(("lines", "ink", "message"), [
     (["caf\u00e9"], None, "outside printable ASCII"),
     (["", "  "], None, "at least one character"),

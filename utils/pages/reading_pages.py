@@ -300,7 +300,7 @@ UNPREDICTABLE_KINDS = ("random", "code", "bordered-table", "symbols", "mixed-cas
 TRAINING_KINDS = tuple(kind for pair in zip(PAGE_KINDS, (*UNPREDICTABLE_KINDS, "random", "code")) for kind in pair)
 # Where a reader trained on those still fails: look-alike glyphs and rows that repeat (`LOOK_ALIKE_CLASSES`).
 HARD_KINDS = ("look-alikes", "digit-grid", "repeats", "formulas")
-# What a reader refines on after `TRAINING_KINDS`, and what its draft distils on: every other page a hard one.
+# What a reader refines on after `TRAINING_KINDS`: every other page a hard one.
 REFINING_KINDS = tuple(kind for index, trained in enumerate(TRAINING_KINDS)
                        for kind in (HARD_KINDS[index % len(HARD_KINDS)], trained))
 

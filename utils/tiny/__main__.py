@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--distill-pages", metavar="N", type=count,
                         help=f"generated training pages of --distill (default: {DistillConfig().pages}, with --read "
                              f"{READING_DISTILL['pages']})")
+    parser.add_argument("--distill-unmoved-share", metavar="P", type=float,
+                        help="share of the typewriter pages --distill trains on with no glyph moved in its cell, as "
+                             "users' pages have them (default: 0; a refined reader's pair: 0.5, docs/tiny-pair.md)")
     parser.add_argument("--manifest", action="store_true",
                         help="measure the pair on held-out pages (PyTorch reference, and for a reader OpenVINO at "
                              "the CLI's defaults) and write manifest.json (hashes and figures)")
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         read = ReaderConfig(steps=args.read_steps, refine_steps=args.refine_steps,
                             held_out_pages=args.read_held_out_pages) if args.read else None
         distill_options = dict(READING_DISTILL) if args.read else {}
-        distill_options |= {name: getattr(args, f"distill_{name}") for name in ("steps", "pages")
+        distill_options |= {name: getattr(args, f"distill_{name}") for name in ("steps", "pages", "unmoved_share")
                             if getattr(args, f"distill_{name}") is not None}
         distill = DistillConfig(**distill_options) if args.distill else None
         pair = build_tiny_pair(args.out, config, pretrain=pretrain, read=read, distill=distill,

@@ -186,11 +186,13 @@ class ReaderConfig:
     held_out_pages: int = 14
     seed: int = 0
     # Then the reader may refine on pages where it still fails (look-alike glyphs, rows that repeat), every other
-    # page one of those (`REFINING_KINDS`), with a fresh optimiser, its own page stream and a lower peak learning
-    # rate. 0 steps: no refining, as the shipped pair (docs/tiny-pair.md measures a pair refined for 1,500 steps).
+    # page one of those (`REFINING_KINDS`), with a fresh optimiser, its own page stream, a lower peak learning rate
+    # and half its pages with no glyph moved in its cell (`Ink.random`), as the pages users read have them. 0 steps:
+    # no refining, as the shipped pair (docs/tiny-pair.md measures a pair refined for 1,500 steps).
     refine_steps: int = 0
     refine_kinds: tuple[str, ...] = REFINING_KINDS
     refine_learning_rate: float = 1e-3
+    refine_unmoved_share: float = 0.5
 
     def __post_init__(self):
         _check_counts_and_prompts(self, ("steps", "examples_per_step", "checkpoints", "held_out_pages"))
@@ -202,6 +204,8 @@ class ReaderConfig:
             raise ValueError(f"ReaderConfig: refine_steps={self.refine_steps} must be >= 0")
         if self.refine_learning_rate <= 0:
             raise ValueError(f"ReaderConfig: refine_learning_rate={self.refine_learning_rate} must be > 0")
+        if not 0 <= self.refine_unmoved_share <= 1:
+            raise ValueError(f"ReaderConfig: refine_unmoved_share={self.refine_unmoved_share} must be in [0, 1]")
         if not 0 <= self.sparse_share <= 1:
             raise ValueError(f"ReaderConfig: sparse_share={self.sparse_share} must be in [0, 1]")
         if self.learning_rate <= 0:
@@ -246,6 +250,7 @@ class DistillConfig:
     anchors_per_sequence: int = 0  # anchors trained on per answer, drawn at random each step; 0: every position
     alignment_weight: float = 0.0  # typewriter pages: block position j attends the image token of its label
     calibration_pages: int = 0  # fresh pages (seed + 1) the confidence head is refitted on; 0: keep the trained head
+    unmoved_share: float = 0.0  # typewriter pages with no glyph moved in its cell, as users' pages (`Ink.random`)
     seed: int = 0
 
     def __post_init__(self):
@@ -256,6 +261,8 @@ class DistillConfig:
             raise ValueError(f"DistillConfig: calibration_pages={self.calibration_pages} must be >= 0")
         if self.alignment_weight < 0:
             raise ValueError(f"DistillConfig: alignment_weight={self.alignment_weight} must be >= 0")
+        if not 0 <= self.unmoved_share <= 1:
+            raise ValueError(f"DistillConfig: unmoved_share={self.unmoved_share} must be in [0, 1]")
         if self.alignment_weight and self.page_style != "typewriter":
             raise ValueError("DistillConfig: alignment_weight needs page_style='typewriter' (answer token k is "
                              "image token k only there)")
@@ -271,6 +278,9 @@ class DistillConfig:
             raise ValueError(f"DistillConfig: page_style={self.page_style!r} must be one of {', '.join(PAGE_STYLES)}")
 
     def options(self) -> dict:
-        """Every option, JSON-ready (recorded in the pair's build stamp)."""
-        return _json_ready(self)
+        """Every option, JSON-ready (recorded in the pair's build stamp); a draft distilled with every glyph moved
+        records no `unmoved_share`, as drafts did before the option existed."""
+        options = _json_ready(self)
+        return options if self.unmoved_share else {key: value for key, value in options.items()
+                                                   if key != "unmoved_share"}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -75,12 +76,15 @@ def training_passages(count: int, *, seed: int, max_lines: int = 12) -> list[tup
     return passages
 
 
-def training_pages(count: int, *, seed: int, style: str = "corpus") -> list[Image.Image]:
+def training_pages(count: int, *, seed: int, style: str = "corpus", unmoved_share: float = 0.0
+                   ) -> list[Image.Image]:
     """`count` training page images: the pages of `training_passages` ("corpus"), or generated typewriter pages
     of the training split inked at random, documents and unpredictable text in turn ("typewriter",
-    `utils.pages.reading_pages.TRAINING_KINDS`): a draft that must guess random strings learns to read ahead."""
+    `utils.pages.reading_pages.TRAINING_KINDS`): a draft that must guess random strings learns to read ahead.
+    `unmoved_share` of the typewriter pages have every glyph unmoved in its cell (`Ink.random`)."""
     if style == "typewriter":
-        pages = iter_reading_pages(seed=seed, split="train", kinds=TRAINING_KINDS, ink=Ink.random)
+        pages = iter_reading_pages(seed=seed, split="train", kinds=TRAINING_KINDS,
+                                   ink=partial(Ink.random, unmoved_share=unmoved_share))
         return [page.image for page in itertools.islice(pages, count)]
     return [image for _, image in training_passages(count, seed=seed)]
 

@@ -31,6 +31,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -174,7 +175,7 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
 
     Two phases, each with its own optimiser and page stream: `config.steps` on `config.kinds`, then
     `config.refine_steps` on `config.refine_kinds` (look-alike glyphs and repeating rows between the first
-    phase's kinds), where the first phase's reader still failed. The glyph head starts afresh in each phase, so a
+    phase's kinds, half the pages with no glyph moved in its cell), where the first phase's reader still failed. The glyph head starts afresh in each phase, so a
     refining that starts from a saved first phase (`first_phase`) gives the bits of one that follows it in memory.
 
     Args:
@@ -251,7 +252,8 @@ def _train_phase(model, processor, config: ReaderConfig, *, kinds: tuple[str, ..
                  seed: int, refining: bool, checkpoints: set[int], curve: list, examples: int, held_out_score
                  ) -> list[float]:
     """One phase of `train_reader`: `steps` steps of `config.examples_per_step` pages of `kinds`, a glyph head of
-    its own, the curve measured before each step of `checkpoints`. Returns every step's loss.
+    its own, the curve measured before each step of `checkpoints`. Returns every step's loss. A refining phase leaves
+    `config.refine_unmoved_share` of its pages' glyphs unmoved (`Ink.random`); the first phase moves every glyph.
 
     A refining phase's glyph head starts at zero: a random head on a trained reader's features would send
     gradients of a loss of about 15 into them; a zero head sends none until it has learnt something."""
@@ -259,7 +261,9 @@ def _train_phase(model, processor, config: ReaderConfig, *, kinds: tuple[str, ..
     if refining:
         torch.nn.init.zeros_(glyph_head.weight)
         torch.nn.init.zeros_(glyph_head.bias)
-    pages = iter_reading_pages(seed=seed, kinds=kinds, ink=Ink.random, sparse_share=config.sparse_share)
+    unmoved_share = config.refine_unmoved_share if refining else 0.0
+    pages = iter_reading_pages(seed=seed, kinds=kinds, ink=partial(Ink.random, unmoved_share=unmoved_share),
+                               sparse_share=config.sparse_share)
     prompts = np.random.default_rng(seed).integers(0, len(config.prompts), size=steps * config.examples_per_step)
 
     def step_loss(step: int):
