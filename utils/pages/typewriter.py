@@ -203,8 +203,9 @@ class Ink:
         """A training page's ink: any atlas size, grey ink on off-white paper, glyphs moved by up to 2 pixels, except
         on `unmoved_share` of the pages, where every glyph sits in its cell as on the sample pages and typed pages.
 
-        A reader trained on moved glyphs alone confuses look-alikes (`(` and `{`, n and m) when none is moved: what
-        it sees there is one offset of 25, in every cell of the page at once (docs/tiny-pair.md)."""
+        A reader trained on moved glyphs alone confuses look-alikes (`(` and `{`, n and m) when none is moved: that
+        offset is one of the 25 a glyph may take, but training never showed it in every cell of a page at once
+        (docs/tiny-pair.md)."""
         size, ink, paper = int(rng.choice(GLYPH_SIZES)), int(rng.integers(0, 90)), int(rng.integers(200, 256))
         unmoved = bool(unmoved_share) and rng.random() < unmoved_share  # no draw at 0: the pages stay as they were
         return cls(size=size, ink=ink, paper=paper, jitter=0 if unmoved else 2, rng=rng)

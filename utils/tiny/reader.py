@@ -175,8 +175,9 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
 
     Two phases, each with its own optimiser and page stream: `config.steps` on `config.kinds`, then
     `config.refine_steps` on `config.refine_kinds` (look-alike glyphs and repeating rows between the first
-    phase's kinds, half the pages with no glyph moved in its cell), where the first phase's reader still failed. The glyph head starts afresh in each phase, so a
-    refining that starts from a saved first phase (`first_phase`) gives the bits of one that follows it in memory.
+    phase's kinds, `config.refine_unmoved_share` of the pages with no glyph moved in its cell), where the first
+    phase's reader still failed. The glyph head starts afresh in each phase, so a refining that starts from a saved
+    first phase (`first_phase`) gives the bits of one that follows it in memory.
 
     Args:
         target_dir: the tiny target folder (transformers); the weights file is rewritten, the configs, processor
