@@ -83,11 +83,15 @@ def test_training_pages_never_show_a_line_of_the_held_out_pages():
     typewriter = training_pages(3, seed=4, style="typewriter")  # the training split, inked at random
     generated = itertools.islice(iter_reading_pages(seed=4, kinds=TRAINING_KINDS, ink=Ink.random), 3)
     assert [page.tobytes() for page in typewriter] == [page.image.tobytes() for page in generated]
+
+
+def test_typewriter_training_pages_leave_the_asked_share_of_glyphs_unmoved():
     unmoved = training_pages(3, seed=4, style="typewriter", unmoved_share=1.0)  # every glyph where a user's page has it
     generated = itertools.islice(iter_reading_pages(seed=4, kinds=TRAINING_KINDS,
                                                     ink=functools.partial(Ink.random, unmoved_share=1.0)), 3)
     assert [page.tobytes() for page in unmoved] == [page.image.tobytes() for page in generated]
-    assert [page.tobytes() for page in unmoved] != [page.tobytes() for page in typewriter]
+    assert [page.tobytes() for page in unmoved] != [page.tobytes() for page in training_pages(3, seed=4,
+                                                                                             style="typewriter")]
 
 
 def test_frequent_vocabulary_keeps_draft_ids_of_kept_tokens_and_holds_eos():
@@ -166,8 +170,10 @@ def test_a_draft_distilled_with_every_glyph_moved_records_the_options_it_did_bef
     from utils.tiny.__main__ import main as tiny_cli
 
     out = tmp_path / "cli"
-    assert tiny_cli(["--out", str(out), "--distill", "--distill-unmoved-share", "1.5"]) == 2
-    assert "unmoved_share=1.5" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit) as refused:
+        tiny_cli(["--out", str(out), "--distill", "--distill-unmoved-share", "1.5"])
+    assert refused.value.code == 2
+    assert "--distill-unmoved-share: 1.5 is out of range" in capsys.readouterr().err and not out.exists()
 
 
 def _sequence(prompt_length: int, answer: list[int], image_positions: list[int]):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from utils.cli import command_parser, int_at_least
+from utils.cli import command_parser, float_between, int_at_least
 from utils.files import folder_size
 from utils.tiny.config import READING_DISTILL, READING_PAIR
 from utils.tiny.manifest import HELD_OUT_WALKS, MANIFEST, write_manifest
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--distill-pages", metavar="N", type=count,
                         help=f"generated training pages of --distill (default: {DistillConfig().pages}, with --read "
                              f"{READING_DISTILL['pages']})")
-    parser.add_argument("--distill-unmoved-share", metavar="P", type=float,
+    parser.add_argument("--distill-unmoved-share", metavar="P", type=float_between(0.0, 1.0),
                         help="share of the typewriter pages --distill trains on with no glyph moved in its cell, as "
                              "users' pages have them (default: 0; a refined reader's pair: 0.5, docs/tiny-pair.md)")
     parser.add_argument("--manifest", action="store_true",

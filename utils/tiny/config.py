@@ -187,8 +187,8 @@ class ReaderConfig:
     seed: int = 0
     # Then the reader may refine on pages where it still fails (look-alike glyphs, rows that repeat), every other
     # page one of those (`REFINING_KINDS`), with a fresh optimiser, its own page stream, a lower peak learning rate
-    # and half its pages with no glyph moved in its cell (`Ink.random`), as the pages users read have them. 0 steps:
-    # no refining, as the shipped pair (docs/tiny-pair.md measures a pair refined for 1,500 steps).
+    # and `refine_unmoved_share` of its pages with no glyph moved in its cell (`Ink.random`), as users' pages have
+    # them. 0 steps: no refining, as the shipped pair (docs/tiny-pair.md measures a pair refined for 1,500 steps).
     refine_steps: int = 0
     refine_kinds: tuple[str, ...] = REFINING_KINDS
     refine_learning_rate: float = 1e-3
