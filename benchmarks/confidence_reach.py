@@ -12,11 +12,12 @@ accepted drafts only; the best threshold of each signal under the token cap show
 - the oracle: 1 for the accepted drafts, 0 after them.
 
 The steps are the decoder's own: the PyTorch reference (f32, every draft verified, `speculative_generate`) reads
-held-out generated pages with the shipped tiny pair and its default prompt; every threshold is then replayed on
-those steps (`replay_threshold`). Figures of the shipped files at f32, the same on every machine up to float
-rounding.
+held-out generated pages, then pages of random printable ASCII (where the shipped draft is still rejected now and
+then: on generated pages it hardly ever is), with the shipped tiny pair and its default prompt; every threshold is
+then replayed on those steps (`replay_threshold`). Figures of the shipped files at f32, the same on every machine
+up to float rounding.
 
-    python -m benchmarks.confidence_reach [--pages 40] [--loss 0.02] [--json FILE]
+    python -m benchmarks.confidence_reach [--pages 40] [--random-pages 20] [--loss 0.02] [--json FILE]
 """
 
 from __future__ import annotations
@@ -96,9 +97,10 @@ def reach(steps: list[StepRecord], *, loss: float, default_threshold: float) -> 
     return {"auc": confidence_auc(scores, accepted), "at default": _cut(steps, default_threshold), "best": best}
 
 
-def read_held_out_pages(pages: int) -> tuple[list[StepRecord], list[tuple[float, ...]]]:
-    """The reference decoder's steps on `pages` held-out generated pages (shipped pair, default prompt, f32, every
-    draft verified), and the draft's own probability of each proposed token, per drafting step."""
+def read_held_out_pages(pages: int, random_pages: int = 0) -> tuple[list[StepRecord], list[tuple[float, ...]]]:
+    """The reference decoder's steps on `pages` held-out generated pages, then `random_pages` of random printable
+    ASCII (shipped pair, default prompt, f32, every draft verified), and the draft's own probability of each
+    proposed token, per drafting step."""
     from tqdm.auto import tqdm
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -117,7 +119,9 @@ def read_held_out_pages(pages: int) -> tuple[list[StepRecord], list[tuple[float,
     draft = load_reference_draft(root / "draft", target=TargetSpec.from_folder(root / "target")).eval()
     runner = TargetRunner(target, hidden_layer_ids=draft.config.target_layer_ids)
     steps, probabilities = [], []
-    for page in tqdm(reading_pages(pages, seed=0, split="held-out"), desc="reading held-out pages"):
+    read = [*reading_pages(pages, seed=0, split="held-out"),
+            *reading_pages(random_pages, seed=0, split="held-out", kinds=("random",))]
+    for page in tqdm(read, desc="reading held-out pages"):
         drafter = ProbabilityRecordingDrafter(draft, target.get_input_embeddings())
         result = speculative_generate(runner, drafter, prompt_inputs(processor, page.image, DEFAULT_PROMPT),
                                       max_new_tokens=PAGE_CELLS, num_assistant_tokens=draft.config.block_size,
@@ -132,15 +136,17 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = command_parser("benchmarks.confidence_reach", __doc__.split("\n\n", 1)[1])
     parser.add_argument("--pages", metavar="N", type=int_at_least(1), default=40, help="held-out generated pages")
+    parser.add_argument("--random-pages", metavar="N", type=int_at_least(0), default=20,
+                        help="held-out pages of random printable ASCII, read after them")
     parser.add_argument("--loss", metavar="X", type=float_between(0.0, 1.0), default=0.02,
                         help="the share of tokens per step a cut may lose")
     add_json_option(parser, what="the figures")
     args = parser.parse_args(argv)
-    steps, probabilities = read_held_out_pages(args.pages)
+    steps, probabilities = read_held_out_pages(args.pages, args.random_pages)
     figures = {name: reach(scored, loss=args.loss, default_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
                for name, scored in signals(steps, probabilities).items()}
     drafting = [step for step in steps if step.drafted]
-    print(f"{args.pages} held-out pages, {len(drafting)} drafting steps, "
+    print(f"{args.pages} held-out pages and {args.random_pages} of random ASCII, {len(drafting)} drafting steps, "
           f"{np.mean([step.matched_drafts for step in drafting]):.2f} of {len(drafting[0].drafted)} drafts accepted "
           f"per step (PyTorch reference, f32, every draft verified)")
     at_default = f"at threshold {DEFAULT_CONFIDENCE_THRESHOLD}: fewer drafts / fewer tokens"
@@ -151,7 +157,8 @@ def main(argv: list[str] | None = None) -> None:
               "fewer tokens": f"{figure['best']['fewer tokens']:.1%}"} for name, figure in figures.items()]
     print(markdown_table(table, right=set(table[0]) - {"signal"}))
     if args.json:
-        write_json(args.json, {"pages": args.pages, "loss": args.loss, "steps": len(drafting), "signals": figures})
+        write_json(args.json, {"pages": args.pages, "random_pages": args.random_pages, "loss": args.loss,
+                               "steps": len(drafting), "signals": figures})
 
 
 if __name__ == "__main__":

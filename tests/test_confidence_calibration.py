@@ -9,7 +9,7 @@ from utils.checkpoint.draft import TargetSpec
 from utils.reference.modeling import DraftContextCache, load_reference_draft
 from utils.tiny import default_pair
 from utils.tiny.anchor_batch import draft_index_of
-from utils.tiny.confidence import calibrate_confidence_head, scored_drafts
+from utils.tiny.confidence import calibrate_confidence_head, rank_confidence, scored_drafts
 from utils.tiny.distill_data import collect_sequences, training_pages
 
 ATOL = 1e-5  # float32: the batched anchor forward against one block at a time
@@ -84,6 +84,25 @@ def test_calibration_refits_only_the_head_and_matches_the_acceptance_rate(shippe
     acceptance = drafts.accepted.float().mean().item()
     assert confidence.mean().item() == pytest.approx(acceptance, abs=2e-3)
     assert abs(drafts.draft_probability.mean().item() - acceptance) > 2e-3  # so the check above can fail
+
+
+def test_the_ranking_scores_the_head_at_the_positions_the_decoder_reaches(shipped):
+    """The manifest's confidence figures: the scored positions, and the AUC of the head's scores (a head turned
+    around ranks the other way) beside that of the draft's own probability (which the head does not change)."""
+    embed_tokens, draft, sequences = shipped
+    drafts = scored_drafts(draft, embed_tokens, sequences)
+    ranking = rank_confidence(draft, embed_tokens, sequences)
+    assert (ranking["positions"], ranking["rejected"]) == (len(drafts.accepted), int((~drafts.accepted).sum()))
+    head = draft.confidence_proj
+    with torch.no_grad():
+        head.weight.neg_(), head.bias.neg_()
+    try:
+        turned = rank_confidence(draft, embed_tokens, sequences)
+    finally:
+        with torch.no_grad():
+            head.weight.neg_(), head.bias.neg_()
+    assert 0.5 < ranking["auc"] and turned["auc"] == pytest.approx(1 - ranking["auc"], abs=2e-4)
+    assert turned["auc_of_draft_probability"] == ranking["auc_of_draft_probability"]
 
 
 def test_calibration_needs_a_head_and_answers(shipped):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
+from utils.evaluation.acceptance import scored_positions
 from utils.pages.samples import CORPUS_PATH
 from utils.pages.typewriter import CELL, PAGE_ROWS
 from utils.pages.written_pages import WRITTEN_TEXTS
@@ -41,6 +42,7 @@ def test_a_random_reading_pair_is_measured_in_every_setting(reading_pair, tmp_pa
     assert figures["speculative_equals_target_only_at_f32"] == truth["speculative equals target-only at f32"]
     assert figures["pages_equal_at_default_and_f32"] == truth["pages equal at the defaults and f32"]
     assert figures["default_precision"] == truth["default precision"]
+    assert figures["cli_defaults"]["rejected_drafts"] == truth["drafts rejected at the defaults"]
     assert list(figures["written_pages"]["readings"]) == list(WRITTEN_TEXTS)[:1]  # a quick check reads fewer
     hard = figures["hard_pages"]
     assert hard["look_alikes"]["pages"] == 7 and hard["digit_grids"]["pages"] == 1  # one per glyph size, one grid
@@ -70,7 +72,10 @@ def _read_independently(root, folder) -> dict:
     walks = [[exact.generate(page.image, confidence_threshold=0.0, markov_head_top_k=top_k).tokens for page in pages]
              for top_k in WALKS.values()]
     defaults = SpeculativeOcrPipeline(target, draft, device="CPU")
-    cli = [defaults.generate(page.image).tokens for page in pages]
-    return {"speculative equals target-only at f32": all(tokens == alone for tokens in walks),
+    runs = [defaults.generate(page.image) for page in pages]
+    cli = [run.tokens for run in runs]
+    _, accepted = scored_positions([step for run in runs for step in run.metrics.steps])
+    return {"drafts rejected at the defaults": accepted.count(False),
+            "speculative equals target-only at f32": all(tokens == alone for tokens in walks),
             "pages equal at the defaults and f32": sum(a == b for a, b in zip(cli, alone)),
             "default precision": defaults.inference_precision}

@@ -91,6 +91,18 @@ def test_the_table_names_few_pages_and_counts_many_and_each_page_has_its_figure(
     assert by_page(row) == {"a": 2.0, "b": 1.0}
 
 
+def test_a_setting_names_its_pages_sample_or_random_and_reads_those():
+    def setting(pages, first=0):
+        return FigureSetting("x.ipynb", "S", pages, 8, 0.0, "f32", first=first)
+
+    assert setting(1).page_set == "the first sample page" and setting(4).page_set == "the first 4 sample pages"
+    assert setting(14).page_set == "the 10 sample pages and 4 unpredictable"
+    assert setting(4, first=10).page_set == "the 4 unpredictable pages"
+    pages = [SimpleNamespace(name=f"p{i}", image=i, text="x" * i) for i in range(1, 15)]
+    rows = read_settings(_Pipeline(), pages, [setting(2, first=10), setting(14)])
+    assert rows[0]["pages"] == ["p11", "p12"] and len(rows[1]["pages"]) == 14
+
+
 def test_the_prefill_gain_is_gathered_per_budget():
     rows = [{**_row("02.ipynb", ["a"], 32, 0.5, 6.4), "without prefill": 7.75},
             {**_row("04.ipynb", ["a", "b"], 32, 0.5, 4.92), "without prefill": 5.64},

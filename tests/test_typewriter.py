@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from utils.pages.reading_pages import reading_pages, sample_pages
+from utils.pages.reading_pages import line_split, reading_pages, sample_pages, unpredictable_sample_pages
 from utils.pages.typewriter import (CELL, GLYPH_ATLAS, GLYPH_SIZES, GLYPHS, MAX_PAGE_CELLS, PAGE_CELLS, PAGE_ROWS,
                                     PAGE_WIDTH, Ink, draw_glyph_atlas, fit_page, joined_reading, page_text,
                                     render_typewriter_page, typed_lines, typed_pages, typed_pages_lines)
@@ -115,6 +115,15 @@ def test_a_reading_target_sees_one_image_token_per_character_of_every_typewriter
         assert inputs.num_image_tokens == len(page.text) + 1, page.name  # every character, then the end
         pixels = inputs.pixel_values[0]
         assert pixels.shape[-1] == width * height // preprocess.config.patch_size  # unscaled
+
+
+def test_the_unpredictable_sample_pages_are_held_out_random_and_symbol_pages_each_named_apart():
+    pages = unpredictable_sample_pages()
+    assert [page.name for page in pages] == ["random 1", "symbols 1", "random 2", "symbols 2"]
+    assert all(line_split(line) == "held-out" for page in pages for line in page.text.splitlines())
+    assert not {page.text for page in pages} & {page.text for page in sample_pages()}
+    assert [page.image.tobytes() for page in unpredictable_sample_pages(2)] == [page.image.tobytes()
+                                                                               for page in pages[:2]]
 
 
 @pytest.mark.parametrize("read, slipped", [

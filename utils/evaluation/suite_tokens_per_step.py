@@ -20,6 +20,8 @@ from utils.evaluation.page_choice import first_reading, read_exactly
 from utils.pages.typewriter import PAGE_CELLS
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
+_SAMPLE_PAGES = 10  # the suite's pages: the ten sample pages (`sample_pages`), then the unpredictable ones
+
 __all__ = ["FigureSetting", "SUITE_SETTINGS", "tokens_per_step", "read_settings", "table_rows", "by_page",
            "prefill_gain", "setting_notes"]
 
@@ -32,11 +34,12 @@ class FigureSetting:
 
     notebook: str  # the notebook's file name
     section: str  # the heading of the section that prints it
-    pages: int  # the first `pages` sample pages
+    pages: int  # how many of the suite's pages, from `first`
     max_new_tokens: int
     confidence_threshold: float
     precision: str  # what the notebook runs the target and the draft at
     first_read_exactly: bool = False  # only the first of those pages whose reading has no error (05's choice)
+    first: int = 0  # 0: from the first sample page; `_SAMPLE_PAGES`: from the first unpredictable page
 
     @property
     def where(self) -> str:
@@ -52,7 +55,12 @@ class FigureSetting:
     def page_set(self) -> str:
         if self.first_read_exactly:
             return "the first sample page read without an error"
-        return "the first sample page" if self.pages == 1 else f"the first {self.pages} sample pages"
+        samples = max(0, min(self.first + self.pages, _SAMPLE_PAGES) - self.first)
+        others = self.pages - samples
+        if not others:
+            return "the first sample page" if self.pages == 1 else f"the first {self.pages} sample pages"
+        return (f"the {others} unpredictable pages" if not samples
+                else f"the {samples} sample pages and {others} unpredictable")
 
 
 _DEFAULT = DEFAULT_CONFIDENCE_THRESHOLD
@@ -92,7 +100,7 @@ def read_settings(pipeline, pages: Sequence, settings: Sequence[FigureSetting] =
 
     Args:
         pipeline: a `SpeculativeOcrPipeline` with the draft, at f32 for figures the same on every machine.
-        pages: the sample pages (`sample_pages()`), in order.
+        pages: the suite's pages in order: `[*sample_pages(), *unpredictable_sample_pages()]`.
         progress: wraps the settings' iterable (for example `tqdm.auto.tqdm`), or None.
 
     Returns:
@@ -118,7 +126,7 @@ def read_settings(pipeline, pages: Sequence, settings: Sequence[FigureSetting] =
     rows = {}
     ordered = sorted(settings, key=lambda setting: -setting.max_new_tokens)
     for setting in progress(ordered) if progress else ordered:
-        chosen = list(pages[:setting.pages])
+        chosen = list(pages[setting.first:setting.first + setting.pages])
         if setting.first_read_exactly:
             chosen = [first_reading(chosen, lambda page, setting=setting: read(page, setting),
                                     lambda page, reading: read_exactly(reading[0], page),

@@ -29,7 +29,7 @@ from utils.pages.typewriter import GLYPHS, PAGE_ROWS, PAGE_WIDTH, Ink, fit_page,
 
 __all__ = ["PAGE_KINDS", "UNPREDICTABLE_KINDS", "TRAINING_KINDS", "HARD_KINDS", "REFINING_KINDS", "LOOK_ALIKE_CLASSES",
            "SPLITS", "SAMPLE_SEED", "ReadingPage", "iter_reading_pages", "reading_pages", "line_split",
-           "sample_pages"]
+           "sample_pages", "unpredictable_sample_pages"]
 
 SPLITS = ("train", "held-out")
 _HELD_OUT_SHARE = 8  # one row in 8 belongs to the held-out split
@@ -387,3 +387,16 @@ def sample_pages() -> list[SamplePage]:
         name = page.kind if seen[page.kind] == 1 else f"{page.kind} {seen[page.kind]}"
         pages.append(SamplePage(name, page.text, page.image))
     return pages
+
+
+def unpredictable_sample_pages(count: int = 4) -> list[SamplePage]:
+    """`count` held-out pages no prior helps (seed `SAMPLE_SEED`), uniformly random printable ASCII and runs of
+    symbols in turn, named by kind and number (`random 1`, `symbols 1`, `random 2`, ...).
+
+    The shipped draft reads the sample pages whole (every draft accepted), so the lessons on rejection (a cut
+    draft, a step that accepts some drafts but not all, acceptance along the block, a Markov walk that changes what
+    the target accepts) read these after them: with nothing to lean on but the glyphs, the draft still misses now
+    and then. Each page has its own name, as tables grouped by page need.
+    """
+    pages = reading_pages(count, seed=SAMPLE_SEED, split="held-out", kinds=("random", "symbols"))
+    return [SamplePage(f"{page.kind} {index // 2 + 1}", page.text, page.image) for index, page in enumerate(pages)]

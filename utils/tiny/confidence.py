@@ -32,7 +32,7 @@ from utils.tiny.anchor_batch import anchor_batch, draft_index_of
 from utils.tiny.anchor_forward import forward_anchor_blocks
 from utils.tiny.distill_data import DistillSequence
 
-__all__ = ["CalibrationReport", "ScoredDrafts", "scored_drafts", "calibrate_confidence_head"]
+__all__ = ["CalibrationReport", "ScoredDrafts", "scored_drafts", "calibrate_confidence_head", "rank_confidence"]
 
 _SEQUENCES_PER_PASS = 4
 _DIRECTION_L2 = 1e-2  # on standardised features: the soft labels are many, near-duplicate positions
@@ -84,6 +84,26 @@ def scored_drafts(model: DSparkDraftModel, embed_tokens: torch.nn.Module, sequen
         probabilities.append(probability[scored])
         accepted.append(hit[scored])
     return ScoredDrafts(torch.cat(features), torch.cat(probabilities), torch.cat(accepted))
+
+
+def rank_confidence(model: DSparkDraftModel, embed_tokens: torch.nn.Module, sequences: list[DistillSequence]
+                    ) -> dict:
+    """How well the confidence head ranks the drafts the target rejects, at every anchor of `sequences`.
+
+    A reading meets the draft only at the anchors its steps start from, so a draft that is hardly ever rejected
+    leaves a reading's AUC resting on a rejection or two. Every anchor of the answers gives the head many more
+    rejections to rank, and the AUC of the draft's own probability beside it is what a head could reach.
+
+    Returns:
+        JSON-ready: "positions", "rejected", "auc" (the head), "auc_of_draft_probability".
+    """
+    drafts = scored_drafts(model, embed_tokens, sequences)
+    labels = drafts.accepted.numpy()
+    with torch.no_grad():
+        head = model.confidence_proj(drafts.features)[:, 0].numpy()
+    return {"positions": len(labels), "rejected": int((~drafts.accepted).sum()),
+            "auc": round(confidence_auc(head, labels), 4),
+            "auc_of_draft_probability": round(confidence_auc(drafts.draft_probability.numpy(), labels), 4)}
 
 
 def _logistic_fit(inputs: torch.Tensor, labels: torch.Tensor, *, l2: float) -> torch.nn.Linear:

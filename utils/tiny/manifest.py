@@ -14,7 +14,10 @@ same command gives a pair of the same quality, not the same bits.
 - `held_out`: the figures of `measure_acceptance` (PyTorch reference) on the sample pages, per Markov computation,
   with the prompts the draft was distilled for;
 - `reading`, for a pair whose target was trained to read: the figures of `measure_reading` (OpenVINO, as the CLI
-  runs it) on held-out generated pages.
+  runs it) on held-out generated pages;
+- `confidence`, for such a pair: how well the confidence head ranks rejected drafts at every anchor of the target's
+  answers to the held-out generated and random pages (`confidence_figures`): a draft hardly ever rejected leaves
+  the readings' AUCs resting on a rejection or two.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from utils.files import sha256_file
 from utils.tiny.config import BUILD_STAMP
 
 __all__ = ["MANIFEST", "held_out_max_new_tokens", "HELD_OUT_WALKS", "REBUILD_COMMAND", "pair_files",
-           "held_out_figures", "write_manifest", "read_manifest", "verify_pair_files"]
+           "held_out_figures", "confidence_figures", "write_manifest", "read_manifest", "verify_pair_files"]
 
 MANIFEST = "manifest.json"
 REBUILD_COMMAND = "python -m utils.tiny --out DIR --read --distill --manifest"  # the shipped recipe
@@ -70,6 +73,33 @@ def held_out_figures(root: Path, stamp: dict) -> dict:
     return figures
 
 
+def confidence_figures(root: Path, stamp: dict) -> dict:
+    """`rank_confidence` (PyTorch reference) on the target's answers to the held-out pages `measure_reading` reads
+    first (the generated pages, then those of random printable ASCII), asked with the prompts the draft learnt."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from utils.pages.reading_pages import reading_pages
+    from utils.pages.samples import SAMPLE_PROMPTS
+    from utils.reference.modeling import load_reference_draft
+    from utils.tiny.confidence import rank_confidence
+    from utils.tiny.distill_data import collect_sequences
+    from utils.tiny.reading_report import OTHER_PAGES, READING_PAGES
+
+    pages = [*reading_pages(READING_PAGES, seed=0, split="held-out"),
+             *reading_pages(OTHER_PAGES, seed=0, split="held-out", kinds=("random",))]
+    prompts = stamp.get("distill", {}).get("prompts", list(SAMPLE_PROMPTS))
+    target = AutoModelForImageTextToText.from_pretrained(root / "target").eval()
+    draft = load_reference_draft(root / "draft").eval()
+    with torch.no_grad():
+        sequences = collect_sequences(target, AutoProcessor.from_pretrained(root / "target"),
+                                      [(page.image, prompt) for page in pages for prompt in prompts],
+                                      hidden_layer_ids=draft.config.target_layer_ids,
+                                      max_new_tokens=held_out_max_new_tokens(stamp))
+        return {"pages": len(pages), "prompts": prompts} | rank_confidence(draft, target.get_input_embeddings(),
+                                                                            sequences)
+
+
 def write_manifest(root: Path | str, *, training: dict | None = None) -> dict:
     """Measures a built pair on held-out pages and writes `root/manifest.json`.
 
@@ -88,7 +118,8 @@ def write_manifest(root: Path | str, *, training: dict | None = None) -> dict:
                 "files": {name: sha256_file(root / name) for name in pair_files(root)}}
     manifest |= {"training": training} if training else {}
     manifest |= {"held_out": held_out_figures(root, stamp)}
-    manifest |= {"reading": measure_reading(root)} if "read" in stamp else {}
+    if "read" in stamp:
+        manifest |= {"reading": measure_reading(root), "confidence": confidence_figures(root, stamp)}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 

@@ -36,11 +36,11 @@ from utils.pages.reading_pages import TRAINING_KINDS, ReadingPage, reading_pages
 from utils.pages.typewriter import page_text, render_typewriter_page
 from utils.pages.written_pages import written_pages
 
-__all__ = ["READING_PAGES", "WALKS", "measure_reading", "read_hard_pages", "hard_pages_summary", "reading_report_summary",
+__all__ = ["READING_PAGES", "OTHER_PAGES", "WALKS", "measure_reading", "read_hard_pages", "hard_pages_summary", "reading_report_summary",
            "reading_rows", "unseen_font_page", "another_shape_page"]
 
 READING_PAGES = 40  # held-out generated pages read per setting
-_OTHER_PAGES = 20  # held-out pages of random text, and of blank and short rows
+OTHER_PAGES = 20  # held-out pages of random text, and of blank and short rows
 WALKS = {"top_k_scorer": None, "dense_walk": 0, "argmax": 1}  # name -> markov_head_top_k
 
 
@@ -79,9 +79,11 @@ def _read(pipeline, pages: Sequence[ReadingPage], **options) -> dict:
                "texts": texts}
     if results[0].drafted:
         steps = [step for result in results for step in result.metrics.steps]
-        auc = confidence_auc(*scored_positions(steps))
+        scores, accepted = scored_positions(steps)
+        auc = confidence_auc(scores, accepted)
         figures |= {"tokens_per_step": round(mean_tokens_per_step(steps), 4),
-                    "confidence_auc": None if math.isnan(auc) else round(auc, 4)}
+                    "confidence_auc": None if math.isnan(auc) else round(auc, 4),
+                    "rejected_drafts": accepted.count(False)}  # what the AUC ranks against the accepted ones
     return figures
 
 
@@ -126,7 +128,8 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
     Returns:
         JSON-ready figures: per setting the CER, distinct answers, tokens per step (speculative runs), confidence
         AUC; the agreement between precisions; the unseen-font CER; the precision the device really ran; the
-        target's own f32 readings of the held-out pages (`target_only.f32.readings`, in page order).
+        target's own f32 readings of the held-out pages and of the random ones (`target_only.f32.readings` and
+        `random_readings`, in page order).
     """
     from utils.export.draft import export_draft
     from utils.export.target import export_target
@@ -134,7 +137,7 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
 
     root = Path(root)
     held_out, unseen_page = reading_pages(pages, seed=0, split="held-out"), unseen_font_page()
-    others = max(1, pages // 2) if pages < READING_PAGES else _OTHER_PAGES
+    others = max(1, pages // 2) if pages < READING_PAGES else OTHER_PAGES
     random_pages = reading_pages(others, seed=0, split="held-out", kinds=("random",))
     sparse_pages = reading_pages(others, seed=0, split="held-out", kinds=TRAINING_KINDS, sparse_share=1.0)
     with tempfile.TemporaryDirectory() as folder:
@@ -148,6 +151,7 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
         walks = {name: _read(exact, held_out, confidence_threshold=0.0, markov_head_top_k=top_k)
                  for name, top_k in WALKS.items()}
         alone = {"f32": _read(exact_alone, held_out), "default": _read(default_alone, held_out)}
+        random_alone = _read(exact_alone, random_pages)["texts"]
         unseen = _read(default, [unseen_page], confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
         written = written_pages() if pages >= READING_PAGES else written_pages()[:others]
         unpredictable = {
@@ -162,6 +166,7 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
     truth_f32 = alone["f32"].pop("texts")
     truth_default = alone["default"].pop("texts")
     alone["f32"]["readings"] = truth_f32  # the one reading every CPU must give: what a test reads again
+    alone["f32"]["random_readings"] = random_alone  # random strings, where even a good reader slips now and then
     cli_texts = cli.pop("texts")
     return {
         "pages": pages, "split": "held-out", "device": device, "default_precision": precision,
@@ -215,7 +220,8 @@ def reading_report_summary(figures: dict) -> str:
              f"{cli['tokens_per_step']:.2f} tokens per step",
              f"    same answer at the default precision and f32: {figures['pages_equal_at_default_and_f32']} of {pages}"]
     lines += [f"    f32, every draft verified, {name}: {walk['tokens_per_step']:.2f} tokens per step, "
-              f"confidence AUC {walk['confidence_auc']}" for name, walk in walks.items()]
+              f"confidence AUC {walk['confidence_auc']} ({walk['rejected_drafts']} drafts rejected)"
+              for name, walk in walks.items()]
     lines.append(f"    held-out pages repeating or skipping a row: {cli['row_slips']} of {pages}")
     for what, part, count in _page_kinds(figures)[1:]:
         lines.append(f"    {what}: CER {part['cer']:.1%}, {part['tokens_per_step']:.2f} tokens per step, "
