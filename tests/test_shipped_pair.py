@@ -14,7 +14,7 @@ from utils.pipeline.speculative_ocr import TYPEWRITER_SLACK
 from utils.tiny import BUILD_STAMP, SHIPPED_PAIR_DIR, default_pair
 from utils.tiny.acceptance import measure_acceptance
 from utils.tiny.manifest import HELD_OUT_WALKS as WALKS
-from utils.tiny.manifest import MANIFEST, REBUILD_COMMAND, pair_files, read_manifest
+from utils.tiny.manifest import MANIFEST, REBUILD_COMMAND, confidence_figures, pair_files, read_manifest
 from utils.tiny.pair import build_stamp, shipped_recipe
 
 
@@ -36,13 +36,16 @@ def test_default_pair_is_the_shipped_pair_built_by_the_shipped_recipe(manifest):
 
 def test_two_held_out_pages_read_again_give_the_manifest_readings(manifest):
     """The manifest's figures are of these files: two of its held-out pages, read again by the target alone at f32
-    (the reading every CPU gives), are the texts it recorded. The first page, and the one it read worst (an error
-    read again the same way pins the weights better than a right answer any good reader gives)."""
+    (the reading every CPU gives), are the texts it recorded. The first page, and the one it read worst of the
+    generated and random pages (an error read again the same way pins the weights better than a right answer any
+    good reader gives)."""
     from utils.models import default_ir_pair
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
-    recorded = manifest["reading"]["target_only"]["f32"]["readings"]
-    pages = reading_pages(manifest["reading"]["pages"], seed=0, split="held-out")
+    reading = manifest["reading"]
+    recorded = [*reading["target_only"]["f32"]["readings"], *reading["target_only"]["f32"]["random_readings"]]
+    pages = [*reading_pages(reading["pages"], seed=0, split="held-out"),
+             *reading_pages(reading["random_pages"]["pages"], seed=0, split="held-out", kinds=("random",))]
     worst = max(range(len(pages)), key=lambda index: character_error_rate([(recorded[index], pages[index].text)]))
     assert character_error_rate([(recorded[worst], pages[worst].text)]) > 0, "no page read wrong: pick another"
     alone = SpeculativeOcrPipeline(default_ir_pair()[0], device="CPU", precision="f32")
@@ -53,10 +56,10 @@ def test_the_shipped_pair_met_the_ship_bounds_when_it_was_built(manifest):
     """The figures the build measured through OpenVINO (`measure_reading`), against the bounds a pair must meet to
     ship (issue 34's table): it reads held-out generated pages, random strings, pages written by hand and pages with
     blank or short rows, keeps its place (rows neither repeated nor skipped), reads each page differently, keeps its
-    answer at the device's default precision, drafts at the CLI's defaults and at f32, and its calibrated
-    confidence ranks (issue 35's goal: AUC 0.85 at f32 and at the defaults). The written pages' CER, which missed
-    its bound, is read again below; that speculative decoding writes the target's tokens is measured again by
-    tests/test_lossless_trained_draft.py, not read from here; that the record is of these files, by the test above."""
+    answer at the device's default precision, and drafts at the CLI's defaults and at f32. The written pages' CER is
+    read again below; that speculative decoding writes the target's tokens is measured again by
+    tests/test_lossless_trained_draft.py, not read from here; that the record is of these files, by the test above.
+    How the confidence head ranks is the next test's."""
     reading = manifest["reading"]
     pages, cli = reading["pages"], reading["cli_defaults"]
     exact = reading["f32_every_draft_verified"]
@@ -70,13 +73,31 @@ def test_the_shipped_pair_met_the_ship_bounds_when_it_was_built(manifest):
     assert cli["distinct_answers"] == pages
     assert reading["pages_equal_at_default_and_f32"] >= 0.9 * pages
     assert cli["tokens_per_step"] >= 5.0 and random["tokens_per_step"] >= 3.0
-    assert exact["top_k_scorer"]["tokens_per_step"] >= 5.0 and exact["top_k_scorer"]["confidence_auc"] >= 0.85
-    assert cli["confidence_auc"] >= 0.85  # the 0.5 cut scored too: the first cut draft meets the target's next token
+    assert exact["top_k_scorer"]["tokens_per_step"] >= 5.0
     shape = reading["another_shape"]
     cells = (shape["image_size"][0] // CELL) * (shape["image_size"][1] // CELL)  # one image token per cell
     assert shape["notice"] and shape["tokens"] <= cells + TYPEWRITER_SLACK
     training = manifest["training"]["reading"]
     assert training["held_out_cer"] <= 0.02  # its training time is this machine's: docs/tiny-pair.md states it
+
+
+def test_the_shipped_pairs_confidence_head_ranks_rejected_drafts(manifest):
+    """Issue 35's goal, AUC 0.85, over enough rejections to mean something: at every anchor of the target's answers
+    to the held-out generated and random pages (`confidence_figures`), at least 100 rejected drafts, so one more or
+    less moves the AUC by under 0.01. The readings' AUCs rest on the drafts a reading meets, and the shipped draft
+    is rejected there about once in 5,000 scored drafts: their AUC ranks a rejection or two, so it bounds nothing."""
+    confidence = manifest["confidence"]
+    assert confidence["pages"] == manifest["reading"]["pages"] + manifest["reading"]["random_pages"]["pages"]
+    assert confidence["rejected"] >= 100 and confidence["auc"] >= 0.85
+
+
+@pytest.mark.xfail(strict=True, reason="a goal the shipped pair misses (docs/tiny-pair.md): in readings, the head "
+                                      "ranks the random pages' rejections below 0.85; strict, so a pair that meets "
+                                      "it must remove this mark")
+def test_the_shipped_pairs_confidence_head_ranks_the_rejections_a_reading_meets(manifest):
+    """Issue 35's goal where readings meet enough rejections to rank: the random pages at the CLI's defaults."""
+    random = manifest["reading"]["random_pages"]
+    assert random["rejected_drafts"] >= 50 and random["confidence_auc"] >= 0.85
 
 
 @pytest.fixture(scope="module")
@@ -96,17 +117,13 @@ def readings():
 SHIP_CER = 0.02  # issue 34's ship bound for generated pages (docs/tiny-pair.md); 3% for pages written by hand
 WRITTEN_SHIP_CER = 0.03
 WORST_PAGE_GOAL = 0.03  # issue 48's goal for any one page
-MISSED = ("a goal the shipped pair misses (docs/tiny-pair.md): the reader runs on past rows of digits and confuses "
-          "look-alike glyphs; strict, so that the pair that meets it must remove this mark")
 
 
-@pytest.mark.xfail(strict=True, reason=MISSED)
 def test_the_shipped_pair_met_issue_48s_goals_on_the_hard_pages_when_it_was_built(manifest):
     """Look-alike glyphs at every size and rows of digits, as the build read them at the CLI's defaults
     (`python -m benchmarks.hard_pages` reads them again): every look-alike class read right 99% of the time, the
-    digit grids at 1% CER and 4.5 tokens per step, none running to the budget or losing its place. The shipped
-    pair: `({[` 82.0%, grids 8.9% at 2.30 tokens per step, 2 at the budget; the refined candidate of
-    docs/tiny-pair.md meets every one."""
+    digit grids at 1% CER and 4.5 tokens per step, none running to the budget or losing its place. The pair shipped
+    before issue 48: `({[` 82.0%, grids 8.9% at 2.30 tokens per step, 2 at the budget."""
     hard = manifest["reading"]["hard_pages"]
     look, grids = hard["look_alikes"], hard["digit_grids"]
     assert look["pages"] == 21 and grids["pages"] == 20
@@ -130,10 +147,9 @@ def test_the_shipped_pair_reads_the_sample_pages(readings):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=MISSED)
 def test_the_shipped_pair_reads_the_sample_pages_within_the_bounds(readings):
-    """The ship bound over all sample pages, and the goal for each. Measured at f32: 2.7% over the ten, the numbers
-    page 13.7% and the receipt 11.2% (each runs on past a row of digits), the other eight 0 to 1.2%."""
+    """The ship bound over all sample pages, and the goal for each. Measured at f32: 0.0% on each of the ten (the
+    pair shipped before issue 48: 2.7%, the numbers page 13.7% and the receipt 11.2%, each run on past a row)."""
     pages, speculative, _ = readings
     texts = [result.texts[0] for result in speculative]
     assert character_error_rate(zip(texts, (page.text for page in pages))) <= SHIP_CER
@@ -175,8 +191,7 @@ def written_readings():
 @pytest.mark.slow
 def test_the_shipped_pair_reads_pages_written_by_hand(written_readings):
     """Text no generator wrote (code, a bordered table, symbols, a shopping list, blank rows, ...): read, not
-    recited, and rows in their place (the ship bound: one page in 40 repeats or skips a row; here the formulas
-    page runs on past one row's end)."""
+    recited, and rows in their place (the ship bound: one page in 40 repeats or skips a row; here none does)."""
     from utils.evaluation.character_error_rate import row_slip
 
     pages, texts = written_readings
@@ -186,10 +201,9 @@ def test_the_shipped_pair_reads_pages_written_by_hand(written_readings):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=MISSED)
 def test_the_shipped_pair_reads_pages_written_by_hand_within_the_bounds(written_readings):
-    """The CER pages written by hand ship at, and the goal for each page. Measured at f32: 3.2% (the formulas page
-    30%, CSV 7.5%, symbols 3.7%, the other eleven 0 to 1.9%)."""
+    """The CER pages written by hand ship at, and the goal for each page. Measured at f32: 0.09% (serials and
+    formulas 0.6%, one glyph each; the other twelve 0). The pair shipped before issue 48: 3.2%, formulas 30%."""
     pages, texts = written_readings
     assert character_error_rate(zip(texts, (page.text for page in pages))) <= WRITTEN_SHIP_CER
     assert all(character_error_rate([(text, page.text)]) <= WORST_PAGE_GOAL for page, text in zip(pages, texts))
@@ -207,8 +221,20 @@ def test_manifest_acceptance_figures_hold_when_measured_again(manifest):
     report = measure_acceptance(SHIPPED_PAIR_DIR / "target", SHIPPED_PAIR_DIR / "draft", prompts=held_out["prompts"],
                                 markov_head_top_k=WALKS[walk], max_new_tokens=held_out["max_new_tokens"])
     assert report.tokens_per_step == pytest.approx(figures["tokens_per_step"], abs=0.25)
-    assert report.confidence_auc == pytest.approx(figures["confidence_auc"], abs=0.05)
+    assert report.as_dict()["confidence_auc"] == (None if figures["confidence_auc"] is None
+                                                  else pytest.approx(figures["confidence_auc"], abs=0.05))
+    assert report.rejected_positions == pytest.approx(figures["rejected_positions"], abs=2)
     assert report.answers_ending_with_eos == figures["answers_ending_with_eos"]
+
+
+@pytest.mark.slow
+def test_manifest_confidence_figures_hold_when_measured_again(manifest):
+    """The head's ranking at every anchor of the held-out answers, measured again in PyTorch: inference only, so
+    the figures come back; a near-tie may move a token of an answer on another CPU, hence the tolerances."""
+    figures, recorded = confidence_figures(SHIPPED_PAIR_DIR, manifest["build"]), manifest["confidence"]
+    assert figures["positions"] == pytest.approx(recorded["positions"], rel=0.01)
+    assert figures["rejected"] == pytest.approx(recorded["rejected"], rel=0.05)
+    assert figures["auc"] == pytest.approx(recorded["auc"], abs=0.01)
 
 
 @pytest.mark.parametrize("damage, message", [

@@ -73,10 +73,10 @@ SUITE_SETTINGS = (
     FigureSetting("04-compress-weights.ipynb", "Measure tokens per step per draft format", 4, 32, _DEFAULT, "f32"),
     FigureSetting("05-speculative-ocr.ipynb", "Compare the two runs", 10, _BUDGET, _DEFAULT,
                   "f32 (the precision widget's first choice)", first_read_exactly=True),
-    FigureSetting("06-acceptance-plots.ipynb", "Read what every machine measures alike", 4, 48, 0.0,
-                  "f32 (the precision widget's first choice)"),
-    FigureSetting("07-inside-one-step.ipynb", "See what each drafting choice adds", 10, _BUDGET, 0.0, "f32"),
-    FigureSetting("07-inside-one-step.ipynb", "See what each drafting choice adds", 10, _BUDGET, _DEFAULT, "f32"),
+    FigureSetting("06-acceptance-plots.ipynb", "Read what every machine measures alike", 4, PAGE_CELLS, 0.0,
+                  "f32 (the precision widget's first choice)", first=_SAMPLE_PAGES),
+    FigureSetting("07-inside-one-step.ipynb", "See what each drafting choice adds", 14, _BUDGET, 0.0, "f32"),
+    FigureSetting("07-inside-one-step.ipynb", "See what each drafting choice adds", 14, _BUDGET, _DEFAULT, "f32"),
 )
 
 

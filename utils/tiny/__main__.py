@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                           help="train the target to write corpus text first (learnable answers, about a minute on CPU)")
     training.add_argument("--read", action="store_true",
                           help="train the target to read typewriter pages, with the sizes of READING_PAIR (about "
-                               "45 minutes on two CPU cores with the defaults; prints its CER and learning curve)")
+                               "64 minutes on two CPU cores with the defaults; prints its CER and learning curve)")
     parser.add_argument("--pretrain-steps", metavar="N", type=count, default=PretrainConfig().steps,
                         help="training steps of --pretrain")
     parser.add_argument("--read-steps", metavar="N", type=count, default=ReaderConfig().steps,
@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"{READING_DISTILL['pages']})")
     parser.add_argument("--distill-unmoved-share", metavar="P", type=float_between(0.0, 1.0),
                         help="share of the typewriter pages --distill trains on with no glyph moved in its cell, as "
-                             "users' pages have them (default: 0; a refined reader's pair: 0.5, docs/tiny-pair.md)")
+                             f"users' pages have them (default: {DistillConfig().unmoved_share}, with --read "
+                             f"{READING_DISTILL['unmoved_share']}: docs/tiny-pair.md)")
     parser.add_argument("--manifest", action="store_true",
                         help="measure the pair on held-out pages (PyTorch reference, and for a reader OpenVINO at "
                              "the CLI's defaults) and write manifest.json (hashes and figures)")

@@ -20,7 +20,7 @@ __all__ = ["BUILD_STAMP", "READING_PAIR", "READING_DISTILL", "TinyPairConfig", "
            "DistillConfig", "BUILDER_VERSION"]
 
 BUILD_STAMP = "tiny-pair.json"  # written into every pair folder: the options it was built with
-BUILDER_VERSION = 4  # bump when the builder's output changes, so pairs built by older code are rebuilt
+BUILDER_VERSION = 5  # bump when the builder's output changes, so pairs built by older code are rebuilt
 
 
 def _json_ready(options) -> dict:
@@ -133,7 +133,7 @@ READING_PAIR = {"tokenizer_vocab_size": BYTE_VOCABULARY, "draft_vocab_size": 96,
 # page's shape and the prompt's length fix (`utils.pages.typewriter.PAGE_ROWS`).
 READING_DISTILL = {"page_style": "typewriter", "prompts": (DEFAULT_PROMPT,), "max_new_tokens": PAGE_CELLS,
                    "pages": 64, "steps": 1500, "anchors_per_sequence": 32, "alignment_weight": 1.0,
-                   "calibration_pages": 64}
+                   "calibration_pages": 64, "unmoved_share": 0.5}
 
 
 @dataclass(frozen=True)
@@ -188,8 +188,8 @@ class ReaderConfig:
     # Then the reader may refine on pages where it still fails (look-alike glyphs, rows that repeat), every other
     # page one of those (`REFINING_KINDS`), with a fresh optimiser, its own page stream, a lower peak learning rate
     # and `refine_unmoved_share` of its pages with no glyph moved in its cell (`Ink.random`), as users' pages have
-    # them. 0 steps: no refining, as the shipped pair (docs/tiny-pair.md measures a pair refined for 1,500 steps).
-    refine_steps: int = 0
+    # them. 0 steps: the first phase alone, as pairs shipped before issue 48 were (docs/tiny-pair.md compares them).
+    refine_steps: int = 1500
     refine_kinds: tuple[str, ...] = REFINING_KINDS
     refine_learning_rate: float = 1e-3
     refine_unmoved_share: float = 0.5
