@@ -3,8 +3,9 @@ target's own greedy tokens, token for token at f32, in PyTorch (against `generat
 target-only decoding of the same IR).
 
 The inputs are of every kind a user gives the tiny pair: the sample pages, held-out generated pages, the pages
-written by hand, a typed paragraph (four pages of text no generator wrote), a page of random printable ASCII, and
-a budget that ends inside a block; some answers end (EOS) inside a block. Each is read under three ways of
+written by hand, a typed paragraph (four pages of text no generator wrote), a page of random printable ASCII, the
+four pages no prior helps that the notebooks teach rejection on (the only ones here where the shipped draft's
+confidence cut cuts), and a budget that ends inside a block; some answers end (EOS) inside a block. Each is read under three ways of
 drafting that propose differently: the Top-2 Markov scorer, the dense walk (every draft verified), and the
 default Top-K scorer with the CLI's confidence cut. (With a draft vocabulary of 96, the default Top-64 scorer
 proposes what the dense walk proposes on every page, so it would only repeat that case.)
@@ -22,7 +23,7 @@ import pytest
 from PIL import Image
 
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
-from utils.pages.reading_pages import reading_pages, sample_pages
+from utils.pages.reading_pages import reading_pages, sample_pages, unpredictable_sample_pages
 from utils.pages.typewriter import typed_pages
 from utils.pages.written_pages import written_pages
 from utils.tiny.config import READING_DISTILL
@@ -48,13 +49,14 @@ class Input:
 
 def invariant_inputs(paragraph: str) -> list[Input]:
     """The sample pages, 2 held-out generated pages, the 14 written by hand, a typed paragraph's 4 pages, a random
-    page and a budget that ends inside a block: 32 inputs."""
+    page, the 4 unpredictable sample pages and a budget that ends inside a block: 36 inputs."""
     samples = sample_pages()
     pages = [Input(f"sample {page.name}", page.image) for page in samples]
     pages += [Input(f"held-out {page.name}", page.image) for page in reading_pages(2, seed=7, split="held-out")]
     pages += [Input(f"written {page.name}", page.image) for page in written_pages()]
     pages += [Input(f"typed paragraph {index}", image) for index, image in enumerate(typed_pages(paragraph), 1)]
     pages += [Input("random ASCII", reading_pages(1, seed=3, split="held-out", kinds=("random",))[0].image)]
+    pages += [Input(f"unpredictable {page.name}", page.image) for page in unpredictable_sample_pages()]
     pages += [Input(f"sample {samples[2].name}, budget {BUDGET_INSIDE_A_BLOCK}", samples[2].image,
                     BUDGET_INSIDE_A_BLOCK)]
     return pages

@@ -239,10 +239,11 @@ def test_the_pipeline_reads_the_published_pair_as_transformers_does(published, r
     embeds = model.get_input_embeddings()(inputs["input_ids"])[0].detach().numpy()
     embeds[ids == pipeline.image_token_id] = features.numpy()
     # pixels may differ by one uint8 level on ~1% of values (PIL vs torchvision bicubic: tests/test_preprocessing.py);
-    # the shipped reader's trained vision tower turns that into feature differences of 0.019 on these pages (integer
-    # resampling, the same on every CPU): bound 0.03, half as much again for f32 kernels that sum in another order.
-    # Text embeddings are looked up exactly.
-    np.testing.assert_allclose(pipeline.prompt_embeddings(PAGES[page].image), embeds, atol=0.03, rtol=0)
+    # the shipped reader's trained vision tower turns that into feature differences of up to 0.047 on these pages
+    # (integer resampling, the same on every CPU; 0.019 before its refining on look-alike glyphs made it more
+    # sensitive to single strokes): bound 0.07, half as much again for f32 kernels that sum in another order. Text
+    # embeddings are looked up exactly, and the tokens below must be equal whatever the features' difference.
+    np.testing.assert_allclose(pipeline.prompt_embeddings(PAGES[page].image), embeds, atol=0.07, rtol=0)
     budget = 24
     expected = model.generate(**inputs, max_new_tokens=budget, do_sample=False)[0, ids.size:].tolist()
     result = pipeline.generate(PAGES[page].image, max_new_tokens=budget)
