@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from utils.evaluation.character_error_rate import character_error_rate
-from utils.pages.reading_pages import reading_pages, sample_pages
+from utils.pages.reading_pages import sample_pages
 from utils.pages.typewriter import CELL
 from utils.pipeline.speculative_ocr import TYPEWRITER_SLACK
 from utils.tiny import BUILD_STAMP, SHIPPED_PAIR_DIR, default_pair
@@ -16,6 +16,7 @@ from utils.tiny.acceptance import measure_acceptance
 from utils.tiny.manifest import HELD_OUT_WALKS as WALKS
 from utils.tiny.manifest import MANIFEST, REBUILD_COMMAND, confidence_figures, pair_files, read_manifest
 from utils.tiny.pair import build_stamp, shipped_recipe
+from utils.tiny.reading_report import held_out_pages
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +45,8 @@ def test_two_held_out_pages_read_again_give_the_manifest_readings(manifest):
 
     reading = manifest["reading"]
     recorded = [*reading["target_only"]["f32"]["readings"], *reading["target_only"]["f32"]["random_readings"]]
-    pages = [*reading_pages(reading["pages"], seed=0, split="held-out"),
-             *reading_pages(reading["random_pages"]["pages"], seed=0, split="held-out", kinds=("random",))]
+    generated, random = held_out_pages(reading["pages"])
+    pages = [*generated, *random]
     worst = max(range(len(pages)), key=lambda index: character_error_rate([(recorded[index], pages[index].text)]))
     assert character_error_rate([(recorded[worst], pages[worst].text)]) > 0, "no page read wrong: pick another"
     alone = SpeculativeOcrPipeline(default_ir_pair()[0], device="CPU", precision="f32")

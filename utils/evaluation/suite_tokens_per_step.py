@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.verification import StepRecord
 from utils.evaluation.page_choice import first_reading, read_exactly
+from utils.pages.reading_pages import SAMPLE_PAGE_COUNT
 from utils.pages.typewriter import PAGE_CELLS
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
-
-_SAMPLE_PAGES = 10  # the suite's pages: the ten sample pages (`sample_pages`), then the unpredictable ones
 
 __all__ = ["FigureSetting", "SUITE_SETTINGS", "tokens_per_step", "read_settings", "table_rows", "by_page",
            "prefill_gain", "setting_notes"]
@@ -39,7 +38,7 @@ class FigureSetting:
     confidence_threshold: float
     precision: str  # what the notebook runs the target and the draft at
     first_read_exactly: bool = False  # only the first of those pages whose reading has no error (05's choice)
-    first: int = 0  # 0: from the first sample page; `_SAMPLE_PAGES`: from the first unpredictable page
+    first: int = 0  # 0: from the first sample page; `SAMPLE_PAGE_COUNT`: from the first unpredictable page
 
     @property
     def where(self) -> str:
@@ -55,7 +54,7 @@ class FigureSetting:
     def page_set(self) -> str:
         if self.first_read_exactly:
             return "the first sample page read without an error"
-        samples = max(0, min(self.first + self.pages, _SAMPLE_PAGES) - self.first)
+        samples = max(0, min(self.first + self.pages, SAMPLE_PAGE_COUNT) - self.first)
         others = self.pages - samples
         if not others:
             return "the first sample page" if self.pages == 1 else f"the first {self.pages} sample pages"
@@ -74,7 +73,7 @@ SUITE_SETTINGS = (
     FigureSetting("05-speculative-ocr.ipynb", "Compare the two runs", 10, _BUDGET, _DEFAULT,
                   "f32 (the precision widget's first choice)", first_read_exactly=True),
     FigureSetting("06-acceptance-plots.ipynb", "Read what every machine measures alike", 4, PAGE_CELLS, 0.0,
-                  "f32 (the precision widget's first choice)", first=_SAMPLE_PAGES),
+                  "f32 (the precision widget's first choice)", first=SAMPLE_PAGE_COUNT),
     FigureSetting("07-inside-one-step.ipynb", "See what each drafting choice adds", 14, _BUDGET, 0.0, "f32"),
     FigureSetting("07-inside-one-step.ipynb", "See what each drafting choice adds", 14, _BUDGET, _DEFAULT, "f32"),
 )

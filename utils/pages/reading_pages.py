@@ -28,8 +28,8 @@ from utils.pages.samples import CORPUS_PATH, SamplePage, sample_rows
 from utils.pages.typewriter import GLYPHS, PAGE_ROWS, PAGE_WIDTH, Ink, fit_page, page_text, render_typewriter_page
 
 __all__ = ["PAGE_KINDS", "UNPREDICTABLE_KINDS", "TRAINING_KINDS", "HARD_KINDS", "REFINING_KINDS", "LOOK_ALIKE_CLASSES",
-           "SPLITS", "SAMPLE_SEED", "ReadingPage", "iter_reading_pages", "reading_pages", "line_split",
-           "sample_pages", "unpredictable_sample_pages"]
+           "SPLITS", "SAMPLE_SEED", "SAMPLE_PAGE_COUNT", "ReadingPage", "iter_reading_pages", "reading_pages",
+           "line_split", "sample_pages", "unpredictable_sample_pages"]
 
 SPLITS = ("train", "held-out")
 _HELD_OUT_SHARE = 8  # one row in 8 belongs to the held-out split
@@ -376,13 +376,14 @@ def reading_pages(count: int, *, seed: int, split: str = "train", kinds: tuple[s
 
 
 SAMPLE_SEED = 1  # the seed of the sample pages' held-out stream (`measure_reading` reads seed 0's)
+SAMPLE_PAGE_COUNT = 10  # how many pages `sample_pages` gives
 
 
 def sample_pages() -> list[SamplePage]:
     """The ten sample pages, in a fixed order: generated typewriter pages of the held-out split (the seven kinds,
     then prose, numbers and a receipt again), which the shipped tiny pair reads and no training page shows."""
     pages, seen = [], {}
-    for page in reading_pages(10, seed=SAMPLE_SEED, split="held-out"):
+    for page in reading_pages(SAMPLE_PAGE_COUNT, seed=SAMPLE_SEED, split="held-out"):
         seen[page.kind] = seen.get(page.kind, 0) + 1
         name = page.kind if seen[page.kind] == 1 else f"{page.kind} {seen[page.kind]}"
         pages.append(SamplePage(name, page.text, page.image))

@@ -76,28 +76,24 @@ def held_out_figures(root: Path, stamp: dict) -> dict:
 def confidence_figures(root: Path, stamp: dict) -> dict:
     """`rank_confidence` (PyTorch reference) on the target's answers to the held-out pages `measure_reading` reads
     first (the generated pages, then those of random printable ASCII), asked with the prompts the draft learnt."""
-    import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from utils.pages.reading_pages import reading_pages
     from utils.pages.samples import SAMPLE_PROMPTS
     from utils.reference.modeling import load_reference_draft
     from utils.tiny.confidence import rank_confidence
     from utils.tiny.distill_data import collect_sequences
-    from utils.tiny.reading_report import OTHER_PAGES, READING_PAGES
+    from utils.tiny.reading_report import held_out_pages
 
-    pages = [*reading_pages(READING_PAGES, seed=0, split="held-out"),
-             *reading_pages(OTHER_PAGES, seed=0, split="held-out", kinds=("random",))]
+    generated, random = held_out_pages()
+    pages = [*generated, *random]
     prompts = stamp.get("distill", {}).get("prompts", list(SAMPLE_PROMPTS))
     target = AutoModelForImageTextToText.from_pretrained(root / "target").eval()
     draft = load_reference_draft(root / "draft").eval()
-    with torch.no_grad():
-        sequences = collect_sequences(target, AutoProcessor.from_pretrained(root / "target"),
-                                      [(page.image, prompt) for page in pages for prompt in prompts],
-                                      hidden_layer_ids=draft.config.target_layer_ids,
-                                      max_new_tokens=held_out_max_new_tokens(stamp))
-        return {"pages": len(pages), "prompts": prompts} | rank_confidence(draft, target.get_input_embeddings(),
-                                                                            sequences)
+    sequences = collect_sequences(target, AutoProcessor.from_pretrained(root / "target"),
+                                  [(page.image, prompt) for page in pages for prompt in prompts],
+                                  hidden_layer_ids=draft.config.target_layer_ids,
+                                  max_new_tokens=held_out_max_new_tokens(stamp))
+    return {"pages": len(pages), "prompts": prompts} | rank_confidence(draft, target.get_input_embeddings(), sequences)
 
 
 def write_manifest(root: Path | str, *, training: dict | None = None) -> dict:

@@ -36,12 +36,20 @@ from utils.pages.reading_pages import TRAINING_KINDS, ReadingPage, reading_pages
 from utils.pages.typewriter import page_text, render_typewriter_page
 from utils.pages.written_pages import written_pages
 
-__all__ = ["READING_PAGES", "OTHER_PAGES", "WALKS", "measure_reading", "read_hard_pages", "hard_pages_summary", "reading_report_summary",
-           "reading_rows", "unseen_font_page", "another_shape_page"]
+__all__ = ["READING_PAGES", "WALKS", "held_out_pages", "measure_reading", "read_hard_pages", "hard_pages_summary",
+           "reading_report_summary", "reading_rows", "unseen_font_page", "another_shape_page"]
 
 READING_PAGES = 40  # held-out generated pages read per setting
-OTHER_PAGES = 20  # held-out pages of random text, and of blank and short rows
+_OTHER_PAGES = 20  # held-out pages of random text, and of blank and short rows
 WALKS = {"top_k_scorer": None, "dense_walk": 0, "argmax": 1}  # name -> markov_head_top_k
+
+
+def held_out_pages(pages: int = READING_PAGES) -> tuple[list[ReadingPage], list[ReadingPage]]:
+    """The held-out generated pages `measure_reading` reads, and its pages of uniformly random printable ASCII
+    (`_OTHER_PAGES` of them; half as many as `pages` for a quick check of fewer than READING_PAGES)."""
+    others = max(1, pages // 2) if pages < READING_PAGES else _OTHER_PAGES
+    return (reading_pages(pages, seed=0, split="held-out"),
+            reading_pages(others, seed=0, split="held-out", kinds=("random",)))
 
 
 def unseen_font_page(*, seed: int = 0, size: int = 24) -> ReadingPage:
@@ -136,9 +144,8 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
     root = Path(root)
-    held_out, unseen_page = reading_pages(pages, seed=0, split="held-out"), unseen_font_page()
-    others = max(1, pages // 2) if pages < READING_PAGES else OTHER_PAGES
-    random_pages = reading_pages(others, seed=0, split="held-out", kinds=("random",))
+    (held_out, random_pages), unseen_page = held_out_pages(pages), unseen_font_page()
+    others = len(random_pages)
     sparse_pages = reading_pages(others, seed=0, split="held-out", kinds=TRAINING_KINDS, sparse_share=1.0)
     with tempfile.TemporaryDirectory() as folder:
         draft = export_draft(root / "draft", Path(folder) / "draft")
