@@ -98,6 +98,22 @@ def test_speculative_output_equals_the_pytorch_target(pipelines, transformers_ta
     assert result.texts[0] == processor.tokenizer.decode(expected, skip_special_tokens=True)
 
 
+def test_markov_head_off_drafts_each_positions_own_best_token_and_keeps_the_output(pipelines, answer):
+    """DSpark without its Markov walk (DFlash's per-position argmax) is the Top-1 scorer; the target's text stays."""
+    _, speculative = pipelines
+    drafts = {}
+    for name, options in {"off": dict(markov_head=False), "top-1": dict(markov_head_top_k=1),
+                          "dense": dict(markov_head_top_k=0)}.items():
+        result = speculative.generate(PAGES[0].image, PROMPTS[0], max_new_tokens=24, confidence_threshold=0.0,
+                                      **options)
+        assert tuple(result.tokens) == answer(0, 0, 24), name
+        drafts[name] = [step.drafted for step in result.metrics.steps]
+    assert drafts["off"] == drafts["top-1"]
+    assert drafts["off"] != drafts["dense"]  # the walk moves the random draft's choices: the switch is not a no-op
+    with pytest.raises(ValueError, match="markov_head_top_k=0 chooses a Markov walk, and the Markov head is off"):
+        speculative.generate(PAGES[0].image, markov_head=False, markov_head_top_k=0)
+
+
 def test_streamed_text_is_the_final_text(pipelines, answer):
     pieces = []
     result = pipelines[1].generate(PAGES[2].image, PROMPTS[0], max_new_tokens=30, streamer=pieces.append)

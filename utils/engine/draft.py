@@ -28,7 +28,11 @@ from utils.contract.draft import ExportedDraft
 from utils.engine.proposal import Proposal
 from utils.engine.timing import Clock, StageTimer
 
-__all__ = ["ContextCache", "DraftModel", "MarkovHead", "DSparkProposer"]
+__all__ = ["PER_POSITION_ARGMAX", "ContextCache", "DraftModel", "MarkovHead", "DSparkProposer"]
+
+# markov_head_top_k of the Top-1 scorer: each block position's best logit, which the Markov term cannot change. It is
+# the draft without its Markov head (a DFlash draft's per-position argmax): `--markov-head off`.
+PER_POSITION_ARGMAX = 1
 
 
 def _compile(model: ov.Model, device: str, properties: dict | None) -> ov.CompiledModel:

@@ -22,7 +22,7 @@ from utils.contract.draft import ExportedDraft
 from utils.contract.target import ExportedTarget
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD, SpeculativeDecoder
 from utils.engine.device import compile_properties, inference_precision, resolve_device
-from utils.engine.draft import DSparkProposer
+from utils.engine.draft import PER_POSITION_ARGMAX, DSparkProposer
 from utils.engine.metrics import GenerationMetrics
 from utils.engine.proposal import Proposer
 from utils.engine.step_cost import StepCost
@@ -179,12 +179,19 @@ class SpeculativeOcrPipeline:
             return max_new_tokens, ""
         return min(max_new_tokens, image_tokens + TYPEWRITER_SLACK), "" if size == page.size else page.notice(size)
 
-    def decoder(self, markov_head_top_k: int | None = None) -> SpeculativeDecoder:
+    def decoder(self, markov_head_top_k: int | None = None, *, markov_head: bool = True) -> SpeculativeDecoder:
         """The decoding engine over this target and draft (cheap: it shares the compiled models).
 
         Args:
             markov_head_top_k: K of the draft's Top-K scorer; 0 selects the dense walk; None the exported default.
+            markov_head: False drafts each block position's own best token (`PER_POSITION_ARGMAX`), as a DFlash
+                draft does: DSpark without its Markov walk, to compare the two.
         """
+        if not markov_head:
+            if markov_head_top_k not in (None, PER_POSITION_ARGMAX):
+                raise ValueError(f"markov_head_top_k={markov_head_top_k} chooses a Markov walk, and the Markov head "
+                                 "is off: give one or the other")
+            markov_head_top_k = PER_POSITION_ARGMAX
         proposer = self.proposer
         if markov_head_top_k is not None:
             if not isinstance(proposer, DSparkProposer):
@@ -196,7 +203,7 @@ class SpeculativeOcrPipeline:
 
     def generate(self, image, prompt: str = DEFAULT_PROMPT, *, max_new_tokens: int = 512,
                  num_assistant_tokens: int | None = None, markov_head_top_k: int | None = None,
-                 streamer: Callable[[str], object] | None = None,
+                 markov_head: bool = True, streamer: Callable[[str], object] | None = None,
                  confidence_threshold: float = DEFAULT_CONFIDENCE_THRESHOLD,
                  step_cost: StepCost | None = None) -> OcrResult:
         """Reads the text of one page.
@@ -207,12 +214,13 @@ class SpeculativeOcrPipeline:
             max_new_tokens: token budget (a typewriter reader's is cut at its page's end: `TYPEWRITER_SLACK`).
             num_assistant_tokens: draft tokens verified per step, 1..block size (default: the block size).
             markov_head_top_k: K of the Top-K candidate scorer; 0 selects the dense walk (default: min(64, Vd)).
+            markov_head: False drafts without the Markov walk: each block position's own best token (DFlash).
             streamer: called with each new piece of text as it is accepted.
             confidence_threshold: verify only the leading drafts whose predicted acceptance reaches it (0: all).
             step_cost: this device's cost of a step (`utils.engine.step_cost`, measured by `benchmarks.cpu_speedup`):
                 verify only as many of those drafts as pay for themselves here. None: the threshold alone.
         """
-        decoder = self.decoder(markov_head_top_k)
+        decoder = self.decoder(markov_head_top_k, markov_head=markov_head)
         timer = StageTimer()
         front_end_before = self._front_end_openvino_seconds()
         embeds, image_tokens, size = self._prompt(image, prompt, timer)
