@@ -31,21 +31,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="look-alike pages per glyph size")
     parser.add_argument("--grids", metavar="N", type=int_at_least(1), default=DIGIT_GRID_PAGES,
                         help="digit-grid pages")
-    parser.add_argument("--device", default="CPU", help="the OpenVINO device")
+    parser.add_argument("--device", metavar="DEVICE", default="CPU", help="the OpenVINO device")
     add_json_option(parser, what="the figures")
     args = parser.parse_args(argv)
 
-    from utils.models import default_ir_pair, export_once, models_dir
+    from utils.models import default_ir_pair, tiny_pair_ir
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
     from utils.tiny.reading_report import hard_pages_summary, read_hard_pages
 
-    if args.pair is None:
-        target, draft = default_ir_pair()
-        source = "the shipped pair"
-    else:
-        source, folder = args.pair, models_dir() / f"hard-pages-{args.pair.resolve().name}"
-        draft = export_once("draft", source / "draft", folder / "draft")
-        target = export_once("target", source / "target", folder / "target", draft=source / "draft")
+    target, draft = default_ir_pair() if args.pair is None else tiny_pair_ir(args.pair)
+    source = args.pair or "the shipped pair"
     figures = {}
     for name, precision in (("default", "default"), ("f32", "f32")):
         pipeline = SpeculativeOcrPipeline(target, draft, device=args.device, precision=precision,

@@ -20,7 +20,7 @@ from utils.models import REPO_ROOT
 
 COMMANDS = ["utils.ocr", "utils.bench", "utils.export.__main__", "utils.tiny.__main__",
             "benchmarks.archive_throughput", "benchmarks.chunked_prefill", "benchmarks.confidence_reach", "benchmarks.cpu_speedup",
-            "benchmarks.engine_efficiency", "benchmarks.fc_kernels",
+            "benchmarks.engine_efficiency", "benchmarks.fc_kernels", "benchmarks.hard_pages", "benchmarks.mechanisms",
             "benchmarks.language_model_latency", "benchmarks.margins", "benchmarks.reader_study",
             "benchmarks.real_size_dry_run", "benchmarks.seed_validation"]
 METAVARS = {"N", "X", "P", "MS", "DIR", "FILE", "RANGE", "TEXT", "JSON", "DEVICE", "ADDRESS"}

@@ -20,7 +20,7 @@ from pathlib import Path
 from utils.contract import DRAFT_IR_FORMAT_VERSION, IR_FORMAT_VERSION
 
 __all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "shown_path", "compiled_cache_dir",
-           "export_once", "default_ir_pair",
+           "export_once", "default_ir_pair", "tiny_pair_ir",
            "current_target_export", "current_draft_export",
            "download_real_pair",
            "hub_unreachable_reason", "real_ir_pair", "missing_target_files", "missing_draft_files"]
@@ -220,6 +220,15 @@ def real_ir_pair(models: Path | str | None = None, *, target_format: str = "int8
     drafts = {weight_format: export_once("draft", draft_source, models / f"{draft_source.name}-ov-{weight_format}",
                                          weight_format=weight_format) for weight_format in draft_formats}
     return target, drafts
+
+
+def tiny_pair_ir(pair: Path | str, models: Path | str | None = None) -> tuple[Path, Path]:
+    """(target IR folder, draft IR folder) of a tiny pair folder (`target/`, `draft/`, as `python -m utils.tiny`
+    writes it), exported once into the models folder under the pair folder's name."""
+    pair = Path(pair)
+    exports = (Path(models) if models is not None else models_dir()) / f"{pair.resolve().name}-ov"
+    draft = export_once("draft", pair / "draft", exports / "draft")
+    return export_once("target", pair / "target", exports / "target", draft=pair / "draft"), draft
 
 
 def missing_target_files(folder: Path | str) -> list[str]:

@@ -21,14 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
-from utils.engine.draft import DSparkProposer
+from utils.engine.draft import PER_POSITION_ARGMAX, DSparkProposer
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
 __all__ = ["PER_POSITION_ARGMAX", "Variant", "markov_variants", "threshold_variants", "run_ablation",
-           "run_drafting_ablation", "differing_pages", "table_rows", "totals", "compare_walks", "walk_margins",
-           "describe_walks", "describe_threshold"]
-
-PER_POSITION_ARGMAX = 1  # markov_head_top_k of the Top-1 scorer: each block position's best logit, no Markov term
+           "run_drafting_ablation", "differing_pages", "table_rows", "totals", "recording_blocks", "compare_walks",
+           "walk_margins", "describe_walks", "describe_threshold"]
 
 
 @dataclass(frozen=True)
@@ -85,7 +83,7 @@ def run_ablation(pipeline, variants: Sequence[Variant], pages, *, prompt: str = 
         raise ValueError(f"repeats={repeats} must be >= 1")
 
     def read(variant: Variant, page, record: bool = False):
-        recording = _recording(pipeline, walks) if record else contextlib.nullcontext()
+        recording = recording_blocks(pipeline, walks) if record else contextlib.nullcontext()
         with recording:
             return pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens,
                                      markov_head_top_k=variant.markov_head_top_k,
@@ -169,7 +167,7 @@ class _RecordingHead:
 
 
 @contextlib.contextmanager
-def _recording(pipeline, blocks: list) -> Iterator[None]:
+def recording_blocks(pipeline, blocks: list) -> Iterator[None]:
     """While open, `pipeline` drafts through a `_RecordingHead` that appends each block it walks to `blocks`."""
     proposer = pipeline.proposer
     recorder = _RecordingHead(proposer.markov_head)
@@ -213,7 +211,7 @@ def walk_margins(pipeline, pages, *, prompt: str = DEFAULT_PROMPT, max_new_token
         pipeline: a `SpeculativeOcrPipeline` with a DSpark draft.
     """
     blocks: list = []
-    with _recording(pipeline, blocks):
+    with recording_blocks(pipeline, blocks):
         for page in pages:
             pipeline.generate(page.image, prompt, max_new_tokens=max_new_tokens, confidence_threshold=0.0)
     return compare_walks(pipeline.proposer.markov_head, blocks)
