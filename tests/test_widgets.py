@@ -273,3 +273,50 @@ def test_a_text_longer_than_a_page_is_read_page_by_page_and_joined(app, tiny_ir,
     assert f"dspark-read' style='{_TEXT}'>{html.escape(joined_reading(readings))}<" in joined
     cer = character_error_rate([(joined_reading(readings), paragraph)])
     assert f"dspark-cer'>{cer:.1%}<" in joined
+
+
+def test_the_app_says_it_prepares_the_models_and_leaves_no_progress_bar_above_itself(tiny_ir):
+    """The app's notebook run in a kernel as Voila runs it, with a first start's export stood in for by a progress
+    bar: the page said nothing for about 100 s and kept "export target: 100%" above the app. The line `PREPARING`
+    shows once its cell has run, before the app's cell prepares the models; then it is hidden, and the page holds
+    no output of the preparation."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from utils.models import REPO_ROOT
+    from utils.notebook.app import PREPARING
+
+    app = REPO_ROOT / "app" / "speculative-ocr.ipynb"
+    notebook = nbformat.read(app, as_version=4)
+    stand_in = nbformat.v4.new_code_cell(
+        f"import sys\nsys.path.insert(0, {str(REPO_ROOT)!r})\nimport utils.models\nfrom tqdm.auto import tqdm\n\n"
+        f"def exported(models=None):\n    for _ in tqdm(range(4), desc='export target'):\n        pass\n"
+        f"    print('exported')\n    return {tuple(map(str, tiny_ir))!r}\n\nutils.models.default_ir_pair = exported")
+    notebook.cells.insert(0, stand_in)
+    notebook.cells.append(nbformat.v4.new_code_cell("print(repr(notice.value), notice.layout.display)"))
+    client = NotebookClient(notebook, timeout=300, resources={"metadata": {"path": str(app.parent)}})
+    shown = []
+    with client.setup_kernel():
+        for index, cell in enumerate(notebook.cells):
+            client.execute_cell(cell, index)
+            if "preparing_notice" in cell.source:  # the notice cell has run: the app's cell comes next
+                shown = [output.get("data", {}).get("text/plain", "") for output in cell.outputs]
+    assert any(PREPARING in text for text in shown)
+    app_cell = next(cell for cell in notebook.cells if "speculative_ocr_app(" in cell.source)
+    assert [output["data"]["text/plain"][:5] for output in app_cell.outputs] == ["VBox("]  # the app, nothing else
+    assert "export target" not in str(app_cell.outputs) and "exported" not in str(app_cell.outputs)
+    assert notebook.cells[-1].outputs[0]["text"] == "'' none\n"  # the notice is hidden
+
+
+def test_the_readmes_voila_command_culls_closed_pages_kernels_and_renders_progressively_as_binder_does():
+    """Every page load started a kernel that never stopped; the README's command and Binder's settings now cull a
+    kernel no page is connected to, and show each cell's output as it runs (the "preparing" line)."""
+    from voila_settings import as_settings, binder_settings, readme_voila_options
+
+    readme = as_settings(readme_voila_options())
+    culling = readme["MappingKernelManager"]
+    assert culling["cull_idle_timeout"] > 0 and culling["cull_interval"] > 0
+    assert readme["VoilaConfiguration"]["progressive_rendering"] is True
+    binder = binder_settings()
+    assert binder["MappingKernelManager"].pop("cull_connected") is False  # an open page keeps its kernel
+    assert binder == readme
