@@ -7,13 +7,14 @@ from pathlib import Path
 
 from PIL import Image
 
-__all__ = ["pdf_of_images", "pdf_without_pages", "encrypted_pdf", "broken_pdf"]
+__all__ = ["pdf_of_images", "blank_pdf", "pdf_without_pages", "encrypted_pdf", "broken_pdf"]
 
 
-def pdf_of_images(images: list[Image.Image], path: Path) -> Path:
-    """A PDF with one page per image, in order, as Pillow writes it (72 dpi: a page is the image's size)."""
+def pdf_of_images(images: list[Image.Image], path: Path, *, dpi: float = 72.0) -> Path:
+    """A PDF with one page per image, in order, as Pillow writes it at `dpi` (at 72 a page is the image's size in
+    points; at 150 it is 72/150 of it)."""
     first, *rest = [image.convert("RGB") for image in images]
-    first.save(path, "PDF", save_all=True, append_images=rest, resolution=72.0)
+    first.save(path, "PDF", save_all=True, append_images=rest, resolution=dpi)
     return path
 
 
@@ -31,6 +32,12 @@ def _pdf(objects: list[bytes], trailer: bytes = b"") -> bytes:
 
 _ONE_BLANK_PAGE = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
                    b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 100] >>"]
+
+
+def blank_pdf(path: Path) -> Path:
+    """A one-page PDF of 200 x 100 points with no content at all: a page that is no image."""
+    path.write_bytes(_pdf(_ONE_BLANK_PAGE))
+    return path
 
 
 def pdf_without_pages(path: Path) -> Path:

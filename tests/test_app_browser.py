@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from utils.contract import DRAFT_MODEL
+from voila_settings import readme_voila_options
 from utils.evaluation.character_error_rate import character_error_rate
 from utils.pages.reading_pages import sample_pages
 from utils.models import REPO_ROOT, default_ir_pair
@@ -32,6 +33,7 @@ APP = REPO_ROOT / "app" / "speculative-ocr.ipynb"
 PAGE = "letter"
 MAX_NEW_TOKENS = 512  # the app's default budget (the command line's too)
 START_TIMEOUT, RUN_TIMEOUT = 120, 120  # seconds
+CULL_IDLE_TIMEOUT, CULL_INTERVAL = 4, 1  # seconds: the README's culling, shortened to wait for it
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +73,9 @@ def _wait_for_port(port: int, process: subprocess.Popen, timeout: float) -> None
 
 
 @contextlib.contextmanager
-def _voila(log_folder: Path, environ: dict[str, str] | None = None):
-    """Voila serving the app; stops it and every process it started (kernels included) afterwards."""
+def _voila(log_folder: Path, environ: dict[str, str] | None = None, options: list[str] | None = None):
+    """Voila serving the app with the README's options (or `options`); stops it and every process it started
+    (kernels included) afterwards."""
     import psutil
 
     port = _free_port()
@@ -80,11 +83,12 @@ def _voila(log_folder: Path, environ: dict[str, str] | None = None):
     log = log_path.open("w")
     started = time.monotonic()
     process = subprocess.Popen([sys.executable, "-m", "voila", str(APP), f"--port={port}", "--no-browser",
-                                "--Voila.ip=127.0.0.1"], stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True, env=os.environ | (environ or {}))
+                                "--Voila.ip=127.0.0.1", *(readme_voila_options() if options is None else options)],
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                               env=os.environ | (environ or {}))
     try:
         _wait_for_port(port, process, START_TIMEOUT)
-        yield {"url": f"http://127.0.0.1:{port}/", "started": started, "log": log_path}
+        yield {"url": f"http://127.0.0.1:{port}/", "started": started, "log": log_path, "pid": process.pid}
     finally:
         children = psutil.Process(process.pid).children(recursive=True) if process.poll() is None else []
         os.killpg(process.pid, signal.SIGTERM)
@@ -122,8 +126,8 @@ def broken_draft_server(tmp_path_factory):
         yield started
 
 
-@pytest.fixture
-def browser(server):
+def _chromium():
+    """A headless Chromium driven through Debian's chromedriver."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -131,7 +135,12 @@ def browser(server):
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1800"):
         options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+@pytest.fixture
+def browser(server):
+    driver = _chromium()
     try:
         yield driver
     finally:
@@ -144,6 +153,21 @@ def _open_app(driver, url: str):
 
     driver.get(url)
     return WebDriverWait(driver, START_TIMEOUT).until(lambda d: d.find_element(By.CSS_SELECTOR, ".dspark-run"))
+
+
+_SOURCE_CONTROLS = {"sample page": ".dspark-page select", "typed text": ".dspark-typed textarea",
+                    "upload": "button.dspark-upload"}  # each input's control, enabled only when it is chosen
+
+
+def _choose(driver, source: str) -> None:
+    """Clicks the "Read:" toggle's button for `source` (a key of `_SOURCE_CONTROLS`) and waits until the kernel
+    has enabled that input's control and disabled the others'."""
+    from selenium.webdriver.common.by import By
+
+    next(button for button in driver.find_elements(By.CSS_SELECTOR, ".dspark-source button")
+         if button.text == source).click()
+    _wait(driver, lambda d: all(d.find_element(By.CSS_SELECTOR, css).get_property("disabled") == (name != source)
+                                for name, css in _SOURCE_CONTROLS.items()))
 
 
 def _result_text(driver) -> str:
@@ -201,21 +225,33 @@ def test_app_reads_a_sample_page_exactly_like_the_command_line(server, browser, 
         "const p = document.querySelector('img.dspark-preview'); "
         "return [p.naturalWidth, p.naturalHeight, p.clientWidth, p.clientHeight];")
     assert width > 0 and abs(width / height - natural_width / natural_height) < 0.02 * natural_width / natural_height
+    # the compared texts are monospace: "iiii" as wide as "WWWW", where Il1 and O0 cannot pass for each other
+    narrow, wide = browser.execute_script(
+        "const pre = document.querySelector('pre.dspark-speculative'); const widths = [];"
+        "for (const text of ['iiii', 'WWWW']) { const span = document.createElement('span'); span.textContent = text;"
+        "  pre.appendChild(span); widths.push(span.getBoundingClientRect().width); span.remove(); }"
+        "return widths;")
+    assert narrow == pytest.approx(wide, rel=0.01) and narrow > 0
+    # what preparing the models showed is gone: no "preparing" line, no progress bar above the app
+    assert not any(line.is_displayed() for line in browser.find_elements(By.CSS_SELECTOR, ".dspark-preparing"))
+    assert "export target" not in browser.find_element(By.TAG_NAME, "body").text
     print(f"\nfrom server start to first text: {first_text:.1f} s; screenshot: {tmp_path / 'app.png'}")
 
 
 def test_a_typed_page_is_drawn_read_and_scored_like_the_command_line_reads_it(server, browser, tmp_path):
     """A learner types text: the panel draws it as the tiny pair's page, reads it as the command line reads that
-    image, and shows the text typed beside the reading with its CER; the line above the controls says what the
-    tiny pair reads."""
+    image, and shows the text typed beside the reading with its CER against that text; the line above the controls
+    says what the tiny pair reads, and the Page dropdown is disabled while typed text is what is read."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    from utils.pages.typewriter import page_text, render_typewriter_page, typed_lines
+    from utils.pages.typewriter import joined_reading, render_typewriter_page, typed_lines
 
     typed_text = "def add(a, b):\n    return a + b"
     run = _open_app(browser, server["url"])
     assert "reads typewriter pages" in browser.find_element(By.CSS_SELECTOR, ".dspark-reach").text
+    assert browser.find_element(By.CSS_SELECTOR, ".dspark-typed textarea").get_property("disabled")  # not chosen
+    _choose(browser, "typed text")  # which disables the Page dropdown
     box = browser.find_element(By.CSS_SELECTOR, ".dspark-typed textarea")
     box.send_keys(typed_text.replace("\n", Keys.ENTER))
     box.send_keys(Keys.TAB)  # the box sends its value when it loses the focus
@@ -230,8 +266,8 @@ def test_a_typed_page_is_drawn_read_and_scored_like_the_command_line_reads_it(se
     expected = _command_line(image)
     assert speculative == expected["text"]
     page_text_shown = browser.find_element(By.CSS_SELECTOR, "pre.dspark-page-text")
-    assert page_text_shown.get_attribute("textContent") == page_text(lines)
-    cer = character_error_rate([(expected["text"], page_text(lines))])
+    assert page_text_shown.get_attribute("textContent") == typed_text  # the text typed, not the padded grid
+    cer = character_error_rate([(joined_reading([expected["text"]]), typed_text)])
     assert browser.find_element(By.CSS_SELECTOR, ".dspark-cer").text == f"{cer:.1%}"
 
 
@@ -246,6 +282,7 @@ def test_a_paragraph_of_20_lines_is_read_as_4_pages_joined_as_the_command_line_r
     from utils.notebook.archive import read_records
 
     run = _open_app(browser, server["url"])
+    _choose(browser, "typed text")
     box = browser.find_element(By.CSS_SELECTOR, ".dspark-typed textarea")
     box.send_keys(paragraph.replace("\n", Keys.ENTER))
     box.send_keys(Keys.TAB)  # the box sends its value when it loses the focus
@@ -288,6 +325,7 @@ def test_bad_input_gets_a_message_and_the_app_keeps_working(server, browser, tmp
         };""")
     not_an_image = tmp_path / "page.png"
     not_an_image.write_bytes(b"this is not an image")
+    _choose(browser, "upload")
     browser.find_element(By.CSS_SELECTOR, ".dspark-upload").click()
     _wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, "input.dspark-file-chooser")).send_keys(str(not_an_image))
     _wait(browser, lambda d: "not an image" in _result_text(d))
@@ -295,6 +333,7 @@ def test_bad_input_gets_a_message_and_the_app_keeps_working(server, browser, tmp
     _wait(browser, lambda d: not d.find_element(By.CSS_SELECTOR, ".dspark-run").get_property("disabled")
           and "error:" in _result_text(d))
     browser.find_element(By.CSS_SELECTOR, ".dspark-clear").click()
+    _wait(browser, lambda d: "error:" not in _result_text(d))  # the upload is gone, and its error line with it
 
     prompt = browser.find_element(By.CSS_SELECTOR, ".dspark-prompt input")
     prompt.clear()
@@ -324,6 +363,42 @@ def test_a_draft_whose_ir_cannot_be_read_is_one_line_at_startup(broken_draft_ser
     tracebacks = browser.find_elements(By.CSS_SELECTOR, "[data-mime-type='application/vnd.jupyter.stderr']")
     assert not tracebacks, [element.text for element in tracebacks]
     assert "Traceback" in broken_draft_server["log"].read_text()
+
+
+def _kernels(voila_pid: int) -> list:
+    """The kernel processes Voila has started and not stopped."""
+    import psutil
+
+    return [child for child in psutil.Process(voila_pid).children(recursive=True)
+            if "ipykernel" in " ".join(child.cmdline())]
+
+
+def test_the_kernels_of_closed_pages_are_culled(tmp_path):
+    """Every page load started a kernel that never stopped (4 loads: 4 kernels, each holding its models). With the
+    README's options, the cull timeout shortened, the kernels of 3 loaded and closed pages are all stopped."""
+    from selenium.webdriver.common.by import By
+
+    skip_or_fail_without(missing_browser_parts(), ci=os.environ.get("CI") == "true")
+    options = [option for option in readme_voila_options() if "cull_idle_timeout" not in option
+               and "cull_interval" not in option]
+    assert len(options) == len(readme_voila_options()) - 2, "the README's voila command culls no kernel"
+    options += [f"--MappingKernelManager.cull_idle_timeout={CULL_IDLE_TIMEOUT}",
+                f"--MappingKernelManager.cull_interval={CULL_INTERVAL}"]
+    default_ir_pair()
+    with _voila(tmp_path, options=options) as started:
+        for _ in range(3):
+            driver = _chromium()
+            try:
+                _open_app(driver, started["url"])
+                assert _kernels(started["pid"]), "a loaded page has a kernel"
+                assert not driver.find_elements(By.CSS_SELECTOR, ".dspark-startup-error")
+            finally:
+                driver.quit()
+        deadline = time.monotonic() + 3 * (CULL_IDLE_TIMEOUT + CULL_INTERVAL) + 20
+        while _kernels(started["pid"]) and time.monotonic() < deadline:
+            time.sleep(CULL_INTERVAL)
+        assert not _kernels(started["pid"]), "kernels of closed pages are still running"
+        assert "Culling 'idle' kernel" in started["log"].read_text()
 
 
 @pytest.mark.parametrize("ci", [False, True])

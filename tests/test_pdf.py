@@ -7,7 +7,7 @@ import json
 import pytest
 from PIL import Image
 
-from pdfs import pdf_of_images
+from pdfs import blank_pdf, pdf_of_images
 from utils.pages.reading_pages import sample_pages
 from utils.pipeline.preprocessing import pdf as pdf_module
 from utils.pipeline.preprocessing.pdf import PDF_DPI, PdfPages, is_pdf
@@ -20,15 +20,35 @@ def two_pages(tmp_path):
     return pdf_of_images([pages[0].image, pages[5].image], tmp_path / "two.pdf")
 
 
-def test_pages_render_in_order_at_the_resolution_and_keep_their_aspect(two_pages):
+def test_pages_render_in_order_each_at_its_images_size(two_pages):
     pages = sample_pages()
     with PdfPages(two_pages) as document:
         assert len(document) == 2 and list(document.numbers()) == [1, 2] and list(document.numbers((2, 2))) == [2]
         for number, source in zip((1, 2), (pages[0].image, pages[5].image)):
             image = document.render(number)
-            assert image.mode == "RGB"
-            scale = PDF_DPI / 72  # Pillow wrote one point per pixel
-            assert abs(image.width - source.width * scale) <= 1 and abs(image.height - source.height * scale) <= 1
+            assert image.mode == "RGB" and image.size == source.size
+
+
+@pytest.mark.parametrize("dpi", [72, 150, 300])
+def test_typewriter_pages_saved_at_any_resolution_render_at_the_readers_cell_size(dpi, tmp_path):
+    """A typewriter page saved as a PDF at 72 dpi (a page of 756 x 168 points) rendered at 150 dpi came back
+    1575 x 350 pixels, cells of 58 pixels the tiny pair cannot read; its image is rendered at its own size, pixel
+    for pixel what the PDF holds, as at 150 dpi (the PDF stores the page as a JPEG: within its rounding)."""
+    import numpy as np
+
+    pages = [page.image for page in sample_pages()[:2]]
+    with PdfPages(pdf_of_images(pages, tmp_path / f"typed-{dpi}.pdf", dpi=dpi)) as document, \
+            PdfPages(pdf_of_images(pages, tmp_path / "typed-150.pdf", dpi=PDF_DPI)) as reference:
+        for number, source in enumerate(pages, start=1):
+            image = document.render(number)
+            assert image.size == source.size == (756, 168)
+            assert np.array_equal(np.asarray(image), np.asarray(reference.render(number)))
+            assert np.abs(np.asarray(image, float) - np.asarray(source, float)).mean() < 2
+
+
+def test_a_page_that_is_no_image_renders_at_the_resolution(tmp_path):
+    with PdfPages(blank_pdf(tmp_path / "blank.pdf")) as document:
+        assert document.render(1).size == (round(200 * PDF_DPI / 72), round(100 * PDF_DPI / 72))
 
 
 def test_a_huge_page_is_rendered_within_the_pixel_limit(tmp_path, monkeypatch):

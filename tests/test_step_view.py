@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from utils.engine.verification import StepRecord
+from utils.evaluation.character_error_rate import character_error_rate
 from utils.notebook.step_view import (END_OF_TEXT, TOKEN_BUDGET, reading_html, side_by_side_html, step_views,
-                                      steps_html)
+                                      steps_html, text_reading_html)
+from utils.pages.typewriter import page_text, typed_lines, typed_pages_lines
 
 
 def _text(tokens):
@@ -58,6 +60,27 @@ def test_the_reading_sits_beside_the_page_text_with_its_character_error_rate():
     assert "12.5%" in page and "&lt;3" in page and "<3" not in page
     assert page.index("page text") < page.index("read") and "dspark-cer" in page
     assert "0.0%" in reading_html("same", "same")
+
+
+def test_compared_texts_are_set_in_a_monospace_font_where_il1_and_o0_differ():
+    for page in (side_by_side_html("Il1 O0", "Il1 OO"), reading_html("Il1 O0", "Il1 OO")):
+        assert page.count("<pre ") == 2 and page.count("font-family:monospace") == 2
+
+
+def test_a_page_is_scored_against_its_text_not_its_padded_grid():
+    """One wrong character of a 16-character typed line: 1/16 of the text, not 1/161 of the page's padded grid;
+    a text of several pages is scored by the same rule, its pages joined."""
+    typed = "x = 1\ny = [2, 3]"
+    truth = page_text(typed_lines(typed))
+    assert len(truth) == 161
+    read = truth.replace("3", "8")
+    page = text_reading_html([read], [truth])
+    assert f"dspark-cer'>{1 / len(typed):.1%}<" in page and f">{typed}</pre>" in page
+    long = "\n".join(f"line {number}" for number in range(8))
+    truths = [page_text(lines) for lines in typed_pages_lines(long)]
+    joined = text_reading_html([truths[0].replace("0", "9"), truths[1]], truths)
+    assert f"dspark-cer'>{character_error_rate([(long.replace('0', '9'), long)]):.1%}<" in joined
+    assert f">{long}</pre>" in joined
 
 
 def test_a_step_without_a_bonus_says_whether_the_text_or_the_budget_ended_it():

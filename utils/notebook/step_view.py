@@ -4,7 +4,8 @@ Per verification step: the drafted tokens as text, coloured accepted / first rej
 target's bonus token (its own next token, which every step emits unless the end of the text or the token budget
 stops the reading inside its accepted drafts: the view then says which), the drafts the confidence cut left
 unverified, and each draft's confidence. And the speculative text beside the target-only text, with a mark saying
-whether they are identical; and what was read beside the page's own text, with its character error rate.
+whether they are identical; and what was read beside the page's own text, with its character error rate. The texts
+are set in a monospace font, where Il1 and O0 look as different as they are to the reader.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 from utils.engine.verification import StepRecord
 from utils.evaluation.character_error_rate import character_error_rate
 from utils.evaluation.compare import first_difference
+from utils.pages.typewriter import joined_reading
 
 __all__ = ["END_OF_TEXT", "TOKEN_BUDGET", "DraftToken", "StepView", "step_views", "steps_html", "side_by_side_html",
-           "reading_html"]
+           "reading_html", "text_reading_html"]
 
 END_OF_TEXT, TOKEN_BUDGET = "end of text", "token budget"  # why a step emitted no bonus token
 
@@ -146,9 +148,28 @@ def reading_html(read: str, truth: str) -> str:
                         ("page text", truth, "dspark-page-text"), ("read", read, "dspark-read"))
 
 
+def text_reading_html(readings: list[str], truths: list[str]) -> str:
+    """What was read beside the text, each as the text reads (`joined_reading`: the pages in order, every row without
+    its trailing spaces, the blank rows at the end dropped), headed by the character error rate against that text.
+
+    The app's one rule for every page it knows the text of (a sample page, a typed page, a typed text read as several
+    pages): the errors per character of the text, not of the reader's padded grid (161 characters a page, whatever
+    was typed on it), so one wrong character of a 16-character line is 6%, not 0.6%.
+
+    Args:
+        readings: what was read of each page, in order.
+        truths: each page's own text (`utils.pages.typewriter.page_text`), in the same order.
+    """
+    return reading_html(joined_reading(readings), joined_reading(truths))
+
+
+_TEXT_STYLE = "white-space:pre-wrap;font-family:monospace"
+
+
 def _two_columns(heading: str, *columns: tuple[str, str, str]) -> str:
-    """A heading over a table of (title, text, CSS class) columns, the texts escaped and kept as written."""
-    cell = "<td style='vertical-align:top;text-align:left'><pre class='{}' style='white-space:pre-wrap'>{}</pre></td>"
+    """A heading over a table of (title, text, CSS class) columns, the texts escaped, kept as written and set in a
+    monospace font."""
+    cell = f"<td style='vertical-align:top;text-align:left'><pre class='{{}}' style='{_TEXT_STYLE}'>{{}}</pre></td>"
     titles = "".join(f"<th>{title}</th>" for title, _, _ in columns)
     texts = "".join(cell.format(css, html.escape(text)) for _, text, css in columns)
     return f"<div class='dspark-verdict'>{heading}</div><table><tr>{titles}</tr><tr>{texts}</tr></table>"

@@ -5,7 +5,10 @@ from __future__ import annotations
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
-__all__ = ["device_widget", "precision_widget", "error_message", "ocr_app"]
+__all__ = ["SOURCES", "ERROR_PREFIX", "device_widget", "precision_widget", "error_message", "ocr_app"]
+
+SOURCES = (("sample page", "sample"), ("typed text", "typed"), ("upload", "upload"))  # what the panel can read
+ERROR_PREFIX = "error: "  # how every line of `error_message` starts
 
 
 def device_widget(default: str | None = None, *, extra: tuple[str, ...] = ("AUTO",)):
@@ -38,9 +41,9 @@ def error_message(error: BaseException) -> str:
     """One line for the page: a rejected input says what is wrong; anything else also names its type."""
     _log_traceback(error)
     if isinstance(error, (ValueError, FileNotFoundError)):
-        return f"error: {error}"
+        return f"{ERROR_PREFIX}{error}"
     first_line = (str(error).strip().splitlines() or [""])[0]
-    return f"error: {type(error).__name__}: {first_line} (the traceback is in the server's log)"
+    return f"{ERROR_PREFIX}{type(error).__name__}: {first_line} (the traceback is in the server's log)"
 
 
 def _log_traceback(error: BaseException) -> None:
@@ -59,18 +62,22 @@ def ocr_app(target, draft, pages, *, device: str | None = None, default_prompt: 
             max_new_tokens: int = 512):
     """The interactive OCR panel of notebook 05 and of the Voila app (`app/speculative-ocr.ipynb`).
 
-    Pick a sample page, type text (drawn as typewriter pages: what the tiny pair reads; a text longer than one page
-    becomes several, `utils.pages.typewriter.typed_pages_lines`), or upload an image or a PDF (previewed, the
-    first page; a button clears it), set the prompt, precision, draft tokens per step, Markov computation,
-    confidence threshold and token budget, and press the button: each page is read in turn with the target alone
-    and with the draft, and the panel shows the streamed text, both texts side by side with an "identical" mark, a
-    sample or typed page's own text beside the reading with its character error rate, the per-step view and the
-    metrics; the button counts the pages of a longer read ("Reading page 2 of 4..."), and a text typed over several
-    pages ends with the pages' readings joined (`joined_reading`) beside the typed text's rows, with its CER. A
-    target that reads only typewriter pages (the tiny pair) gets a line saying so above the controls, and a notice
-    under a reading of any other image. The draft folder is read once here and the models compile on the first
-    read. Every control is disabled while a read runs; any error becomes one line in the panel (the traceback goes
-    to the server's log), and the panel stays usable. Every control carries a `dspark-*` CSS class, so a browser
+    Choose what to read with the "Read:" toggle, and only that is read: a sample page, text you type (drawn as
+    typewriter pages: what the tiny pair reads; a text longer than one page becomes several,
+    `utils.pages.typewriter.typed_pages_lines`), or an uploaded image or PDF (previewed, the first page; a button
+    clears it and goes back to the sample page). The controls of the other inputs are disabled, and keep what they
+    hold; typing text or uploading a file chooses that input. An empty text box or no upload is an error line when
+    Read is pressed, never a silent read of something else. Set the prompt, precision, draft tokens per step, Markov
+    computation, confidence threshold and token budget, and press the button: each page is read in turn with the
+    target alone and with the draft, and the panel shows the streamed text, both texts side by side with an
+    "identical" mark, a sample or typed page's own text beside the reading with its character error rate (one rule
+    for every page: `utils.notebook.step_view.text_reading_html`), the per-step view and the metrics; the button
+    counts the pages of a longer read ("Reading page 2 of 4..."), and a text typed over several pages ends with the
+    pages' readings joined beside the typed text, with its CER. A target that reads only typewriter pages (the tiny
+    pair) gets a line saying so above the controls, and a notice under a reading of any other image. The draft
+    folder is read once here and the models compile on the first read. Every control is disabled while a read
+    runs; any error becomes one line in the panel (the traceback goes to the server's log), which goes as soon as
+    any control changes, and the panel stays usable. Every control carries a `dspark-*` CSS class, so a browser
     test can find it.
 
     Args:
@@ -93,12 +100,15 @@ class _OcrPanel:
         self.target, self.draft, self.pages, self.device = target, ExportedDraft.of(draft), pages, device
         self._pipelines = {}  # (device, precision) -> (baseline, speculative), compiled on first use
         self._build_controls(default_prompt, max_new_tokens)
-        self.page.observe(self.show_preview, names="value")
-        self.typed.observe(self.show_preview, names="value")
-        self.upload.observe(self.show_preview, names="value")
+        self.source.observe(self.on_change, names="value")
+        self.page.observe(lambda _: self.choose("sample"), names="value")
+        self.typed.observe(lambda change: self.choose("typed" if change["new"].strip() else None), names="value")
+        self.upload.observe(lambda change: self.choose("upload" if change["new"] else None), names="value")
+        for setting in self.settings[:-1]:  # a changed setting may be what fixes an error: the line goes
+            setting.observe(lambda _: self.clear_error(), names="value")
         self.clear.on_click(self.on_clear)
         self.run.on_click(self.on_run)
-        self.show_preview()
+        self.on_change()
         self.widget = self._layout()
 
     def _build_controls(self, default_prompt: str, max_new_tokens: int) -> None:
@@ -107,10 +117,14 @@ class _OcrPanel:
 
         block_size, wide = self.draft.info.block_size, {"description_width": "initial"}
         self.devices = device_widget() if self.device is None else None
+        self.source = widgets.ToggleButtons(options=SOURCES, value="sample", description="Read:",
+                                            tooltips=["the sample page chosen below", "the text typed below",
+                                                      "the image or PDF uploaded below"])
+        self.rule = widgets.HTML("<small>Only the input chosen here is read; the others keep what they hold.</small>")
         self.page = widgets.Dropdown(options=[(p.name, index) for index, p in enumerate(self.pages)],
                                      description="Page:")
-        self.typed = widgets.Textarea(placeholder="or type text here: 6 rows of 26 characters a page, a longer "
-                                                  "text read page by page", rows=6,
+        self.typed = widgets.Textarea(placeholder="type text here: 6 rows of 26 characters a page, a longer text "
+                                                  "read page by page", rows=6,
                                       continuous_update=False, layout=widgets.Layout(width="260px"))
         self.upload = widgets.FileUpload(accept="image/*,.pdf,application/pdf", multiple=False, description="Upload")
         self.clear = widgets.Button(description="Clear upload", disabled=True)
@@ -130,23 +144,25 @@ class _OcrPanel:
         self.text, self.result = widgets.Output(), widgets.Output()
         self.settings = [self.prompt, self.precision, self.assistant, self.markov, self.threshold, self.budget,
                          self.run]
-        named = {"page": self.page, "typed": self.typed, "upload": self.upload, "clear": self.clear,
-                 "preview": self.preview, "prompt": self.prompt, "precision": self.precision,
-                 "assistant": self.assistant, "markov": self.markov, "threshold": self.threshold,
-                 "budget": self.budget, "run": self.run, "text": self.text, "result": self.result}
+        named = {"source": self.source, "rule": self.rule, "page": self.page, "typed": self.typed,
+                 "upload": self.upload, "clear": self.clear, "preview": self.preview, "prompt": self.prompt,
+                 "precision": self.precision, "assistant": self.assistant, "markov": self.markov,
+                 "threshold": self.threshold, "budget": self.budget, "run": self.run, "text": self.text,
+                 "result": self.result}
         if self.devices is not None:
             named["device"] = self.devices
             self.settings.insert(1, self.devices)
         for name, widget in named.items():
             widget.add_class(f"dspark-{name}")
-        self.inputs = [self.page, self.typed, self.upload, self.clear, *self.settings]
+        self.inputs = [self.source, self.page, self.typed, self.upload, self.clear, *self.settings]
 
     def _layout(self):
         import ipywidgets as widgets
 
         from utils.contract.target import read_typewriter_page
 
-        controls = widgets.VBox([widgets.HBox([self.page, self.upload, self.clear]), self.typed, *self.settings])
+        controls = widgets.VBox([self.source, self.rule, widgets.HBox([self.page, self.upload, self.clear]),
+                                 self.typed, *self.settings])
         reach = read_typewriter_page(self.target)
         header = [] if reach is None else [widgets.HTML(_reach_html(reach))]
         return widgets.VBox([*header, widgets.HBox([controls, self.preview]), self.text, self.result])
@@ -166,34 +182,60 @@ class _OcrPanel:
     def show_error(self, error: BaseException) -> None:
         self.result.append_stdout(error_message(error) + "\n")
 
+    def clear_error(self) -> None:
+        """Removes the error line from the panel: the input it was about has changed."""
+        self.result.outputs = tuple(output for output in self.result.outputs
+                                    if not output.get("text", "").startswith(ERROR_PREFIX))
+
+    def choose(self, source: str | None) -> None:
+        """Makes `source` the input that is read (a value typed or uploaded chooses its input); None keeps it."""
+        if source is None or source == self.source.value:
+            self.on_change()
+        else:
+            self.source.value = source  # whose observer calls on_change
+
+    def on_change(self, _=None) -> None:
+        """An input or the choice of input changed: only the chosen input's controls are enabled, any error line
+        goes, and the preview shows what Read would read."""
+        active = self.source.value
+        self.page.disabled, self.typed.disabled = active != "sample", active != "typed"
+        self.upload.disabled, self.clear.disabled = active != "upload", active != "upload" or not self.upload.value
+        self.clear_error()
+        self.show_preview()
+
     def typed_pages(self) -> list[list[str]]:
-        """The rows of each page of the typed text (`typed_pages_lines`); none when the box is blank or an upload
-        is chosen."""
+        """The rows of each page of the typed text (`typed_pages_lines`) when typed text is the chosen input."""
         from utils.pages.typewriter import typed_pages_lines
 
-        return [] if self.upload.value or not self.typed.value.strip() else typed_pages_lines(self.typed.value)
+        if self.source.value != "typed":
+            return []
+        if not self.typed.value.strip():
+            raise ValueError("the text box is empty: type the text to read, or choose another input after Read:")
+        return typed_pages_lines(self.typed.value)
 
     def page_truth(self, number: int) -> str | None:
         """The text of page `number` (from 1) when the panel knows it (a sample or a typed page), else None."""
         from utils.pages.typewriter import page_text
 
-        if self.upload.value:
+        if self.source.value == "upload":
             return None
         typed = self.typed_pages()
         return page_text(typed[number - 1]) if typed else self.pages[self.page.value].text
 
     def chosen_pages(self):
-        """The pages to read, rendered on demand: (count, page number -> RGB image)."""
+        """The pages of the chosen input, rendered on demand: (count, page number -> RGB image)."""
         from utils.pages.typewriter import render_typewriter_page
         from utils.pipeline.preprocessing.image_io import load_rgb_image
         from utils.pipeline.preprocessing.pdf import PdfPages, is_pdf
 
+        if self.source.value == "sample":
+            image = self.pages[self.page.value].image
+            return 1, lambda _: image
         typed = self.typed_pages()
         if typed:
             return len(typed), lambda number: render_typewriter_page(typed[number - 1])
         if not self.upload.value:
-            image = self.pages[self.page.value].image
-            return 1, lambda _: image
+            raise ValueError("nothing is uploaded: upload an image or a PDF, or choose another input after Read:")
         uploaded = self.upload.value[0]
         content, name = bytes(uploaded["content"]), uploaded.get("name")
         if is_pdf(content) or str(name or "").lower().endswith(".pdf"):
@@ -203,10 +245,17 @@ class _OcrPanel:
         image = load_rgb_image(content)
         return 1, lambda _: image
 
-    def show_preview(self, _=None) -> None:
+    def _chosen_is_empty(self) -> bool:
+        """Whether the chosen input holds nothing yet (a blank text box, no upload): nothing to preview."""
+        return {"sample": False, "typed": not self.typed.value.strip(), "upload": not self.upload.value}[
+            self.source.value]
+
+    def show_preview(self) -> None:
         import io
 
-        self.clear.disabled = not self.upload.value
+        if self._chosen_is_empty():
+            self.preview.value = b""
+            return
         try:
             _, render = self.chosen_pages()
             buffer = io.BytesIO()
@@ -219,20 +268,21 @@ class _OcrPanel:
         self.preview.value = buffer.getvalue()
 
     def on_clear(self, _) -> None:
+        """Drops the upload and goes back to reading the sample page."""
         try:
             self.upload.value = ()
-            self.show_preview()
+            self.source.value = "sample"
         except Exception as error:  # noqa: BLE001
             self.show_error(error)
 
     def read(self, count: int, render) -> None:
         """Reads each page with the target alone and with the draft, and shows both; then, for a text typed over
-        several pages, the speculative readings joined beside the typed text's rows."""
+        several pages, the speculative readings joined beside the typed text."""
         from IPython.display import HTML, Markdown
 
         from utils.evaluation.compare import compare_runs, metrics_rows
         from utils.notebook.display import markdown_table
-        from utils.notebook.step_view import reading_html, side_by_side_html, step_views, steps_html
+        from utils.notebook.step_view import side_by_side_html, step_views, steps_html, text_reading_html
 
         baseline, speculative = self.pipelines()
         truths, readings = [self.page_truth(number) for number in range(1, count + 1)], []
@@ -251,14 +301,16 @@ class _OcrPanel:
                 self.result.append_stdout(drafted.notice + "\n")
             self.result.append_display_data(HTML(side_by_side_html(drafted.texts[0], alone.texts[0])))
             if truth is not None:  # a sample or typed page knows its own text: the reading beside it, with its CER
-                self.result.append_display_data(HTML(reading_html(drafted.texts[0], truth)))
+                self.result.append_display_data(HTML(text_reading_html([drafted.texts[0]], [truth])))
             self.result.append_display_data(HTML(steps_html(step_views(drafted.metrics.steps,
                                                                        speculative.token_text))))
             self.result.append_display_data(Markdown(markdown_table(metrics_rows(runs))))
             if count > 1:
                 self.text.append_stdout("\n")
-        if count > 1 and self.typed_pages():
-            self.result.append_display_data(HTML(_joined_html(readings, truths)))
+        if count > 1 and self.source.value == "typed":
+            self.result.append_display_data(HTML(
+                f"<div class='dspark-joined'><h4>The typed text, read as {count} pages and joined</h4>"
+                f"{text_reading_html(readings, truths)}</div>"))
 
     def on_run(self, _) -> None:
         # Outputs are appended, not captured with `with output:`, which would show an error as a traceback.
@@ -275,16 +327,6 @@ class _OcrPanel:
             for widget, disabled in enabled.items():
                 widget.disabled = disabled
             self.run.description = "Read the page"
-
-
-def _joined_html(readings: list[str], truths: list[str]) -> str:
-    """The readings of a typed text's pages joined as the text reads, beside the typed text's rows joined the same
-    way, with its CER (`utils.pages.typewriter.joined_reading`)."""
-    from utils.pages.typewriter import joined_reading
-    from utils.notebook.step_view import reading_html
-
-    return (f"<div class='dspark-joined'><h4>The typed text, read as {len(readings)} pages and joined</h4>"
-            f"{reading_html(joined_reading(readings), joined_reading(truths))}</div>")
 
 
 def _reach_html(reach) -> str:

@@ -1,9 +1,13 @@
 """PDF pages as images: what people bring to an OCR tool, rendered page by page with PDFium (pypdfium2).
 
 pypdfium2 is imported when a PDF is opened, not with the package. A PDF that cannot be read fails with one
-ValueError saying why: encrypted (PDFium needs a password), broken, or without pages. Pages are rendered at
-`PDF_DPI`, scaled down when a page would exceed `MAX_IMAGE_PIXELS` (a poster-sized page costs no more than
-the largest image the suite accepts).
+ValueError saying why: encrypted (PDFium needs a password), broken, or without pages.
+
+A page that is one image filling the page (a scan, or an image saved as a PDF) is rendered at that image's own
+size in pixels, whatever resolution the PDF was saved at: a typewriter page saved at 72 or 300 dpi comes back
+with the 28-pixel cells its reader reads, not scaled by 150/72 or 150/300. Any other page is rendered at
+`PDF_DPI`. Either is scaled down when it would exceed `MAX_IMAGE_PIXELS` (a poster-sized page costs no more
+than the largest image the suite accepts).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ __all__ = ["PDF_DPI", "PdfSource", "is_pdf", "PdfPages"]
 PDF_DPI = 150  # a page of text at 150 dpi keeps 10-point glyphs about 20 pixels high
 _POINTS_PER_INCH = 72
 _MAGIC = b"%PDF-"
+_SCALE_SLACK = 1e-9  # relative: below any real difference of scale, above float32's noise in a page's size
+_FILLS_PAGE = 0.01  # points: how closely an image must cover the page to be the page
 
 PdfSource = str | os.PathLike | bytes | bytearray | memoryview
 
@@ -80,15 +86,17 @@ class PdfPages:
         return range(first, last + 1)
 
     def render(self, number: int) -> Image.Image:
-        """Page `number` (from 1) as an RGB image at `dpi` (the nearest whole size in pixels), or smaller if it
-        would exceed MAX_IMAGE_PIXELS."""
+        """Page `number` (from 1) as an RGB image: a page that is one image at that image's size in pixels, any
+        other at `dpi` (the nearest whole size in pixels); smaller if it would exceed MAX_IMAGE_PIXELS."""
         page = self._document[number - 1]
         try:
             width, height = page.get_size()
-            scale = min(self.dpi / _POINTS_PER_INCH, math.sqrt(MAX_IMAGE_PIXELS / max(width * height, 1.0)))
-            image = page.render(scale=scale).to_pil().convert("RGB")
-            # PDFium rounds the size up, so a page size stored in float32 can gain a pixel (362.88 pt at 150 dpi
-            # gives 757 px, not 756): keep the nearest size, that of the image the page was made from
+            scale = _image_scale(page, width, height) or self.dpi / _POINTS_PER_INCH
+            scale = min(scale, math.sqrt(MAX_IMAGE_PIXELS / max(width * height, 1.0)))
+            # PDFium sizes the bitmap by rounding up and stretches the page over it, so a page size stored in
+            # float32 (362.88 pt at 150 dpi: 756.0000001 px) would gain a pixel and blur every glyph: aim a hair
+            # below the size, and keep the nearest whole size (crop what a fractional size rounds up)
+            image = page.render(scale=scale * (1 - _SCALE_SLACK)).to_pil().convert("RGB")
             return image.crop((0, 0, max(1, round(width * scale)), max(1, round(height * scale))))
         finally:
             page.close()
@@ -101,3 +109,19 @@ class PdfPages:
 
     def __exit__(self, *_) -> None:
         self.close()
+
+
+def _image_scale(page, width: float, height: float) -> float | None:
+    """Pixels per point that render `page` at its image's own size, when the page is one image filling it (a
+    scan, or an image saved as a PDF at any resolution) with the page's aspect; else None."""
+    import pypdfium2.raw as pdfium_c
+
+    objects = list(page.get_objects(max_depth=1))
+    if len(objects) != 1 or objects[0].type != pdfium_c.FPDF_PAGEOBJ_IMAGE:
+        return None
+    left, bottom, right, top = objects[0].get_bounds()
+    if max(abs(left), abs(bottom), abs(right - width), abs(top - height)) > _FILLS_PAGE:
+        return None
+    pixels_wide, pixels_high = objects[0].get_px_size()
+    scale = pixels_wide / width
+    return scale if abs(pixels_high - height * scale) < 1 else None  # drawn unrotated, unstretched
