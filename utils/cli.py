@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["CommandParser", "command_parser", "existing_file", "existing_dir", "existing_path", "new_file",
-           "int_at_least", "float_between", "page_range", "add_json_option", "write_json"]
+           "int_at_least", "float_between", "page_range", "add_json_option", "write_json", "plural"]
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -141,3 +141,8 @@ def write_json(target: Path | str, data) -> None:
         sys.stdout.write(text)
     else:
         Path(target).write_text(text)
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 page`, `0 pages`, `2 pages`: a count and its noun, as messages write them."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
