@@ -352,7 +352,7 @@ def _run(listing, path, workers, *, settings=None, **kwargs):
     """read_archive on `workers` (made up), into the results file `path`; returns (summary, how often they started)."""
     starts = []
     with ResultsFile(path, settings or {"max_new_tokens": 8}) as results:
-        summary = read_archive(listing, results, lambda: starts.append(1) or workers, progress=False, **kwargs)
+        summary = read_archive(listing, results, lambda: starts.append(1) or workers, **{"progress": False} | kwargs)
     return summary, len(starts)
 
 
@@ -372,13 +372,15 @@ def test_an_input_reached_twice_or_copied_is_listed_once_under_its_first_name(tm
                     "gear.png, and 5 more)"]
 
 
-def test_no_worker_starts_when_no_page_is_left_to_read(tmp_path):
+def test_no_worker_starts_when_no_page_is_left_to_read(tmp_path, capsys):
     listing = list_pages([_pages(tmp_path / "arch", ["a.png", "b.png"])])
     first, starts = _run(listing, tmp_path / "r.jsonl", MadeUpWorkers())
     assert (first.read, starts) == (2, 1)
-    again, starts = _run(listing, tmp_path / "r.jsonl", MadeUpWorkers())
+    capsys.readouterr()
+    again, starts = _run(listing, tmp_path / "r.jsonl", MadeUpWorkers(), progress=True)
     assert (again.read, again.earlier, starts) == (0, 2, 0)  # Ray would take seconds to start for nothing
     assert str(again).startswith("0 pages read (2 earlier), none failed; nothing left to read")
+    assert capsys.readouterr().err == ""  # and no progress bar of nothing
 
 
 def test_ctrl_c_closes_the_workers_and_says_how_far_the_run_came(tmp_path):
@@ -485,8 +487,8 @@ def _main(argv, capsys) -> tuple[int, str, str]:
 
 @pytest.fixture
 def made_up_command(tmp_path, monkeypatch):
-    """`python -m utils.ocr` in this process on made-up workers, with model folders it never reads and a clock that
-    the export moves on by 60 s; returns the outcomes the workers give, to fill in."""
+    """`python -m utils.ocr` in this process on made-up workers, with model folders it never reads, a clock that the
+    export moves on by 60 s, started 5 s before main; returns the outcomes the workers give, to fill in."""
     from utils import ocr
     from utils.archive import run
 
@@ -498,6 +500,7 @@ def made_up_command(tmp_path, monkeypatch):
         return str(_pages(tmp_path / "target", ["model.png"])), None
 
     monkeypatch.setattr(ocr, "_model_folders", lambda args: export())
+    monkeypatch.setattr(ocr, "process_seconds", lambda: 5.0)  # Python's start and imports before main
     monkeypatch.setattr(run, "worker_starter", lambda settings, **_: lambda: MadeUpWorkers(outcomes))
     monkeypatch.setenv("DSPARK_OCR_MODELS", str(tmp_path / "models"))
     return outcomes
@@ -505,7 +508,7 @@ def made_up_command(tmp_path, monkeypatch):
 
 def test_the_command_s_wall_time_counts_the_export_before_the_reading(tmp_path, made_up_command, capsys):
     code, out, _ = _main([_pages(tmp_path / "arch", ["a.png"]), "--out", tmp_path / "r.jsonl", "--json"], capsys)
-    assert code == 0 and json.loads(out)["seconds"] == 60.0  # the made-up clock moved only in the export
+    assert code == 0 and json.loads(out)["seconds"] == 65.0  # the process's start, then the export: nothing else
 
 
 def test_ctrl_c_on_the_command_is_one_line_and_exit_130(tmp_path, made_up_command, capsys):

@@ -9,6 +9,7 @@ import importlib
 import os
 import subprocess
 import sys
+import time
 from unittest import mock
 
 import pytest
@@ -222,3 +223,11 @@ def test_ocr_text_export_needs_a_results_file(empty_models, capsys, arguments, m
 
     code, stderr = _exit(main, arguments, capsys)
     assert code == 2 and stderr.count("\n") == 1 and message in stderr, stderr
+
+
+def test_a_command_s_wall_time_counts_from_the_process_s_start():
+    started = time.perf_counter()
+    probe = "import time; time.sleep(0.5); from utils.cli import process_seconds; print(process_seconds())"
+    seconds = float(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO_ROOT,
+                                   env=os.environ | {"PYTHONPATH": str(REPO_ROOT)}, timeout=60).stdout)
+    assert 0.5 <= seconds <= time.perf_counter() - started  # its sleep and start, within what the caller waited

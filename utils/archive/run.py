@@ -137,7 +137,7 @@ def read_archive(listing: Listing, results: ResultsFile, start_workers: Callable
     earlier = sum(task.key in read_earlier for task in listing.pages)
     read = tokens = steps = errors = notices = 0
     first_record = None
-    bar = tqdm(total=len(pending), unit="page", disable=not progress, file=sys.stderr, desc="pages")
+    bar = tqdm(total=len(pending), unit="page", disable=not (progress and pending), file=sys.stderr, desc="pages")
     try:
         for start in range(WORKER_STARTS):
             if not pending:
