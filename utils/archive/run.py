@@ -15,7 +15,7 @@ from pathlib import Path
 
 from utils.archive.pages import Listing, list_pages
 from utils.archive.reader import ReadSettings
-from utils.archive.results import ResultsFile, record_key
+from utils.archive.results import ResultsFile, read_results, record_key
 from utils.archive.workers import LocalWorker, ProcessWorkers, WorkersLost
 from utils.cli import plural
 
@@ -104,6 +104,14 @@ def _page_name(record: dict) -> str:
     return record["file"] + ("" if record["page"] is None else f" page {record['page']}")
 
 
+def _interrupted(listing: Listing, results: ResultsFile, done: set, written: int) -> ArchiveInterrupted:
+    """How far an interrupted run came, from the results file itself: Ctrl-C may land between a record's write and
+    its count."""
+    new = {record_key(record) for record in read_results(results.path)[written:]} if results.path.exists() else set()
+    done = done | new
+    return ArchiveInterrupted(len(new), sum(task.key not in done for task in listing.pages))
+
+
 def read_archive(listing: Listing, results: ResultsFile, start_workers: Callable[[], object], *,
                  retry_failed: bool = False, progress: bool = True, started: float | None = None) -> ArchiveSummary:
     """Reads every page of `listing` that has no record in `results`, appending a record per page. The inputs
@@ -133,6 +141,7 @@ def read_archive(listing: Listing, results: ResultsFile, start_workers: Callable
         if record_key(failure) not in done:
             results.append(failure)
     pending = [task for task in listing.pages if task.key not in done]
+    written = len(results.records)  # records in the file before this run's first page
     read_earlier = results.done(retry_failed=True)  # records of readings, not of errors
     earlier = sum(task.key in read_earlier for task in listing.pages)
     read = tokens = steps = errors = notices = 0
@@ -166,7 +175,7 @@ def read_archive(listing: Listing, results: ResultsFile, start_workers: Callable
             finally:
                 workers.close()
     except KeyboardInterrupt:
-        raise ArchiveInterrupted(read + errors, sum(task.key not in done for task in listing.pages)) from None
+        raise _interrupted(listing, results, done, written) from None
     finally:
         bar.close()
     archive_keys = {task.key for task in listing.pages} | {record_key(failure) for failure in listing.failures}
