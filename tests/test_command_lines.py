@@ -9,6 +9,7 @@ import importlib
 import os
 import subprocess
 import sys
+import time
 from unittest import mock
 
 import pytest
@@ -195,3 +196,38 @@ def test_help_shows_the_defaults():
     text = " ".join(_parser_of("utils.ocr").format_help().split())
     assert "--max-new-tokens N the most tokens to write per page (default: 512)" in text
     assert "(default: 0.5)" in text and "--json [FILE]" in text
+
+
+def test_ocr_says_an_empty_image_file_is_empty(empty_models, tmp_path, capsys):
+    from utils.ocr import main
+
+    (tmp_path / "blank.png").write_bytes(b"")
+    code, stderr = _exit(main, [str(tmp_path / "blank.png")], capsys)
+    assert code == 2 and stderr == f"python -m utils.ocr: error: {tmp_path / 'blank.png'} is empty: 0 bytes\n"
+
+
+def test_ocr_refuses_a_ray_address_where_no_cluster_listens_at_once_in_one_line(empty_models, page, tmp_path):
+    completed = _run_module("utils.ocr", str(page), "--out", str(tmp_path / "r.jsonl"), "--ray", "127.0.0.1:1")
+    assert completed.returncode == 2, completed.stderr  # within _run_module's timeout, where Ray retried for minutes
+    assert completed.stderr.startswith("python -m utils.ocr: error: no Ray cluster answers at 127.0.0.1:1 ")
+    assert completed.stderr.count("\n") == 1 and not (tmp_path / "r.jsonl").exists()  # and nothing exported
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ([], "the following arguments are required: FILE"),
+    (["--export-text", "texts"], "--export-text needs --out RESULTS.jsonl"),
+    (["--out", "missing.jsonl", "--export-text", "texts"], "missing.jsonl does not exist: no results file to read"),
+])
+def test_ocr_text_export_needs_a_results_file(empty_models, capsys, arguments, message):
+    from utils.ocr import main
+
+    code, stderr = _exit(main, arguments, capsys)
+    assert code == 2 and stderr.count("\n") == 1 and message in stderr, stderr
+
+
+def test_a_command_s_wall_time_counts_from_the_process_s_start():
+    started = time.perf_counter()
+    probe = "import time; time.sleep(0.5); from utils.cli import process_seconds; print(process_seconds())"
+    seconds = float(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO_ROOT,
+                                   env=os.environ | {"PYTHONPATH": str(REPO_ROOT)}, timeout=60).stdout)
+    assert 0.5 <= seconds <= time.perf_counter() - started  # its sleep and start, within what the caller waited

@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["CommandParser", "command_parser", "existing_file", "existing_dir", "existing_path", "new_file",
-           "int_at_least", "float_between", "page_range", "add_json_option", "write_json"]
+           "int_at_least", "float_between", "page_range", "add_json_option", "write_json", "plural",
+           "process_seconds"]
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -141,3 +143,19 @@ def write_json(target: Path | str, data) -> None:
         sys.stdout.write(text)
     else:
         Path(target).write_text(text)
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 page`, `0 pages`, `2 pages`: a count and its noun, as messages write them."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def process_seconds() -> float:
+    """Seconds since this process started, Python's start and imports included (Linux's /proc; 0.0 where it is
+    not there): what a command's wall time counts from."""
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])  # field 22: starttime
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))

@@ -6,14 +6,17 @@
                              [--precision f32|default] [--draft-precision f32|default]
                              [--chat-template-kwargs JSON] [--json [FILE]]
     python -m utils.ocr FILE|FOLDER ... --out RESULTS.jsonl [--workers N | --ray [ADDRESS]] [--retry-failed]
-                             [--quiet] [the options above but --pages]
+                             [--export-text DIR] [--quiet] [the options above but --pages]
+    python -m utils.ocr --out RESULTS.jsonl --export-text DIR
 
 FILE is an image, or a PDF whose pages (all, or --pages) are rendered and read in order. With --out, every
 image and PDF page of the FILEs and FOLDERs given (folders walked, sorted, hidden files skipped) is read into
 one JSON line per page of RESULTS.jsonl, appended as each page is read; a page that cannot be read is an error
-line and the run goes on (exit status 1 at the end). Run the same command again to resume: pages with a line
-are skipped, a changed file is read again. --workers N reads on N processes, --ray on Ray actors (this
-machine, or a cluster's ADDRESS / $RAY_ADDRESS); the pipeline is compiled once per worker. With no --target it
+line and the run goes on (exit status 1 at the end). A file reached twice, or a copy of an earlier one, is read
+once. Run the same command again to resume, after a crash or Ctrl-C (exit status 130): pages with a line are
+skipped, a changed file is read again. --workers N reads on N processes, --ray on Ray actors (this machine, or a
+cluster's ADDRESS / $RAY_ADDRESS); the pipeline is compiled once per worker. --export-text DIR then writes one
+text file per document of RESULTS.jsonl (FILEs and FOLDERs read first, if given). With no --target it
 exports the shipped tiny pair into the suite's model cache once (`models/` at the repository root, or
 $DSPARK_OCR_MODELS) and reuses it afterwards; every argument and the input are checked before that.
 `--precision f32` makes the output equal target-only decoding token for token; `default` runs the device's
@@ -25,11 +28,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
 
 from utils.cli import (add_json_option, command_parser, existing_dir, existing_path, float_between, int_at_least,
-                       new_file, page_range, write_json)
+                       new_file, page_range, process_seconds, write_json)
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.device import PRECISIONS
 from utils.engine.step_cost import StepCost
@@ -56,8 +63,9 @@ def _draft_folder(text: str):
 
 def _parser() -> argparse.ArgumentParser:
     parser = command_parser("utils.ocr", __doc__.split("\n\n", 2)[2])
-    parser.add_argument("inputs", metavar="FILE", type=existing_path, nargs="+",
-                        help="the page to read: an image, or a PDF; with --out, any number of files and folders")
+    parser.add_argument("inputs", metavar="FILE", type=existing_path, nargs="*",
+                        help="the page to read: an image, or a PDF; with --out, any number of files and folders "
+                             "(none with --export-text: export only)")
     parser.add_argument("--pages", metavar="RANGE", type=page_range,
                         help="the PDF's pages to read, N or FIRST-LAST counted from 1 (default: all)")
     parser.add_argument("--target", metavar="DIR", type=existing_dir,
@@ -98,16 +106,32 @@ def _parser() -> argparse.ArgumentParser:
     archive.add_argument("--ray", metavar="ADDRESS", nargs="?", const="",
                          help="read on --workers Ray actors: local Ray, or the cluster at ADDRESS (or $RAY_ADDRESS)")
     archive.add_argument("--retry-failed", action="store_true", help="read again the pages whose records are errors")
+    archive.add_argument("--export-text", metavar="DIR", type=_text_folder,
+                         help="write one text file per document of --out into DIR (created if missing), from the "
+                              "latest record of each page, pages in order, a PDF's separated by a form feed")
     archive.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
 
+def _text_folder(text: str) -> Path:
+    """An argparse type: a folder to write texts into, which may exist."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
+    return path
+
+
 def _check_archive_arguments(parser, args) -> None:
-    """One FILE reads as always; more files, a folder, workers or Ray need --out (checked before any export)."""
-    args.file = args.inputs[0]
+    """One FILE reads as always; more files, a folder, workers, Ray or a text export need --out (checked before any
+    export); only a text export needs no FILE."""
+    if not args.inputs and args.export_text is None:
+        parser.error("the following arguments are required: FILE")
+    args.file = args.inputs[0] if args.inputs else None
     archive_only = [name for name, given in (("several inputs", len(args.inputs) > 1),
-                                             ("a folder", args.file.is_dir()), ("--workers", args.workers > 1),
-                                             ("--ray", args.ray is not None), ("--retry-failed", args.retry_failed))
+                                             ("a folder", args.file is not None and args.file.is_dir()),
+                                             ("--workers", args.workers > 1), ("--ray", args.ray is not None),
+                                             ("--retry-failed", args.retry_failed),
+                                             ("--export-text", args.export_text is not None))
                     if given]
     if archive_only and args.out is None:
         parser.error(f"{archive_only[0]} needs --out RESULTS.jsonl: an archive is read into one record per page")
@@ -133,13 +157,38 @@ def _input_pages(args) -> tuple[list[int | None], Callable, Callable[[], None]]:
     return [None], lambda _: image, lambda: None
 
 
-def _read_archive(args) -> int:
-    """Reads every page of the inputs into --out; 0 when every page was read, 1 when some failed."""
+def _read_archive(args, started: float) -> int:
+    """Reads every page of the inputs into --out, then exports its texts if asked: 0 when every page was read, 1
+    when some failed, 130 on Ctrl-C (one line saying how far the run came)."""
+    try:
+        code = _read_inputs(args, started) if args.inputs else 0
+    except KeyboardInterrupt as stop:  # `ArchiveInterrupted` says how many pages were read
+        print(str(stop) or "interrupted before any page was read; run the same command to resume", file=sys.stderr)
+        return 130
+    if args.export_text is not None:
+        from utils.archive.results import read_results
+        from utils.archive.texts import export_texts
+
+        exported = export_texts(read_results(args.out), args.export_text)
+        if args.json and not args.inputs:
+            write_json(args.json, asdict(exported))
+        print(exported, file=sys.stderr)
+    return code
+
+
+def _read_inputs(args, started: float) -> int:
     from utils.archive import ReadSettings, read_inputs
     from utils.archive.pages import archive_files
+    from utils.archive.ray_workers import check_ray_address
+    from utils.archive.workers import oversubscription
     from utils.models import compiled_cache_dir
 
     archive_files(args.inputs)  # names and folders checked before the tiny pair may be exported
+    if args.ray is not None:
+        check_ray_address(args.ray or None)
+    on_this_machine = args.ray is None or not (args.ray or os.environ.get("RAY_ADDRESS"))
+    if on_this_machine and (warning := oversubscription(args.workers)):
+        print(warning, file=sys.stderr)
     target, draft = _model_folders(args)
     settings = ReadSettings(target, draft, device=args.device, precision=args.precision,
                             draft_precision=args.draft_precision, prompt=args.prompt,
@@ -148,7 +197,7 @@ def _read_archive(args) -> int:
                             step_cost=args.step_cost and (args.step_cost.fixed_ms, args.step_cost.per_draft_ms),
                             chat_template_kwargs=args.chat_template_kwargs, cache_dir=str(compiled_cache_dir()))
     summary = read_inputs(args.inputs, args.out, settings, workers=args.workers, ray=args.ray,
-                          retry_failed=args.retry_failed, progress=not (args.quiet or args.json))
+                          retry_failed=args.retry_failed, progress=not (args.quiet or args.json), started=started)
     if args.json:
         write_json(args.json, summary.as_dict())
     else:
@@ -204,6 +253,7 @@ def _read(pipeline, args, numbers, render) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter() - process_seconds()  # an archive's wall time counts from here, export included
     parser = _parser()
     args = parser.parse_args(argv)
     _check_archive_arguments(parser, args)
@@ -212,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.step_cost = None if args.step_cost is None else StepCost(*args.step_cost)
         if args.out is not None:
-            return _read_archive(args)
+            return _read_archive(args, started)
         numbers, render, close = _input_pages(args)
         try:
             target, draft = _model_folders(args)

@@ -7,12 +7,15 @@ the same paths (a shared file system) and this repository's `utils` package is s
 started by the caller is used as it is: its workers must import `utils` (`start_local_ray` sees to it, or run
 from the repository's root, or set `PYTHONPATH`). The driver stays the single writer. An actor that dies (killed,
 its node lost) has its page handed to the others; only when every actor is gone does `read` raise `WorkersLost`.
+A cluster's address is checked first (`check_ray_address`): where nothing answers within a few seconds the run
+stops with one line naming the address, rather than waiting on Ray's own retries.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -21,10 +24,29 @@ from utils.archive.pages import PageTask
 from utils.archive.reader import PageReader, ReadSettings
 from utils.archive.workers import WorkersLost, WorkerStartFailed, available_cores, threads_per_worker
 
-__all__ = ["LOCAL_OBJECT_STORE_BYTES", "start_local_ray", "RayWorkers"]
+__all__ = ["LOCAL_OBJECT_STORE_BYTES", "CONNECT_SECONDS", "check_ray_address", "start_local_ray", "RayWorkers"]
 
 LOCAL_OBJECT_STORE_BYTES = 128 * 2**20  # records are small: a local Ray needs no share of the RAM for objects
+CONNECT_SECONDS = 5.0  # how long a cluster's address may take to accept a connection
 _UTILS = Path(__file__).resolve().parent.parent
+
+
+def check_ray_address(address: str | None) -> None:
+    """Raises ValueError, within `CONNECT_SECONDS`, when nothing accepts a connection at the Ray cluster `address`
+    (None: `$RAY_ADDRESS`, if set). No address, or `auto` (Ray finds a cluster started on this machine), is not
+    checked. Ray is not imported: an address where nothing listens would have it retry for minutes."""
+    given = address or os.environ.get("RAY_ADDRESS") or ""
+    if given in ("", "auto"):
+        return
+    named = given if address else f"$RAY_ADDRESS={given}"
+    host, _, port = given.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"Ray address {named} is not HOST:PORT (or ray://HOST:PORT, or auto)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS).close()
+    except OSError as error:
+        raise ValueError(f"no Ray cluster answers at {named} ({error.strerror or error}); start one there with "
+                         "`ray start --head`, or give --ray no address to start Ray on this machine") from None
 
 
 def start_local_ray(cpus: int | None = None) -> None:
@@ -80,8 +102,12 @@ class RayWorkers:
         if self.started_ray and local:
             start_local_ray(count * self.threads)
         elif self.started_ray:  # the workers import `utils` shipped by Ray
-            ray.init(address=address, runtime_env={"py_modules": [str(_UTILS)], "excludes": ["__pycache__"]},
-                     logging_level=logging.ERROR, log_to_driver=False)
+            try:
+                ray.init(address=address, runtime_env={"py_modules": [str(_UTILS)], "excludes": ["__pycache__"]},
+                         logging_level=logging.ERROR, log_to_driver=False)
+            except ConnectionError as error:  # e.g. `auto` with no cluster on this machine
+                raise ValueError(f"Ray at {address or os.environ['RAY_ADDRESS']} could not be joined: "
+                                 f"{str(error).splitlines()[0]}") from None
         actor = ray.remote(num_cpus=self.threads)(_ActorReader)
         self.actors = [actor.remote(settings, self.threads) for _ in range(count)]
         self.running: dict = {}  # object ref of a page's record -> (actor, task)

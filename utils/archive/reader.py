@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from utils.archive.pages import PageTask
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.step_cost import StepCost
-from utils.files import sha256_file
+from utils.files import sha256_file, sha256_folder
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
 __all__ = ["ReadSettings", "PageReader", "page_image", "worker_name"]
@@ -40,10 +40,13 @@ class ReadSettings:
     cache_dir: str | None = None  # OpenVINO's model cache: a worker's start imports what an earlier one compiled
 
     def as_record(self) -> dict:
-        """The settings that decide a page's reading, as records hold them (JSON types: a step cost is a list)."""
+        """The settings that decide a page's reading, as records hold them (JSON types: a step cost is a list), with
+        the SHA-256 of the target's and the draft's folders (`target_digest`, `draft_digest`): a model replaced at
+        the same path is another setting. Hashes the folders' files: call it once per run."""
         record = asdict(self) | {"step_cost": None if self.step_cost is None else list(self.step_cost)}
         del record["cache_dir"]  # where compiled models are kept changes no reading
-        return record
+        return record | {"target_digest": sha256_folder(self.target),
+                         "draft_digest": None if self.draft is None else sha256_folder(self.draft)}
 
 
 def page_image(task: PageTask):

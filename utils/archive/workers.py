@@ -3,13 +3,14 @@
 Every kind of worker has one method, `read(tasks)`, which yields `(task, record)` as pages finish, in whatever
 order they finish. A worker that dies takes only its unfinished pages with it: the caller reads again what has
 no record (`utils.archive.run`). Processes are started with `spawn` (nothing of the parent's OpenVINO or torch
-state is inherited) and end themselves if the parent is killed.
+state is inherited), end themselves if the parent is killed, and leave Ctrl-C to the parent, which stops them.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -19,8 +20,8 @@ from concurrent.futures.process import BrokenProcessPool
 from utils.archive.pages import PageTask
 from utils.archive.reader import PageReader, ReadSettings
 
-__all__ = ["WorkersLost", "WorkerStartFailed", "available_cores", "threads_per_worker", "LocalWorker",
-           "ProcessWorkers"]
+__all__ = ["WorkersLost", "WorkerStartFailed", "available_cores", "threads_per_worker", "oversubscription",
+           "LocalWorker", "ProcessWorkers"]
 
 
 class WorkersLost(RuntimeError):
@@ -39,6 +40,16 @@ def available_cores() -> int:
 def threads_per_worker(workers: int) -> int:
     """CPU inference threads for each of `workers` workers on this machine: the cores divided between them."""
     return max(1, available_cores() // workers)
+
+
+def oversubscription(workers: int) -> str:
+    """One line of warning when `workers` workers on this machine are more than its cores ("" when they are not):
+    each still gets one thread, and they slow each other down."""
+    cores = available_cores()
+    if workers <= cores:
+        return ""
+    return (f"warning: {workers} workers on {cores} cores: each gets 1 thread and they share the cores, slower than "
+            f"{cores} workers")
 
 
 class LocalWorker:
@@ -67,6 +78,7 @@ def _end_with_parent(parent: int) -> None:
 
 def _start_process(settings: ReadSettings, threads: int, parent: int) -> None:
     global _reader, _start_error
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent stops us
     threading.Thread(target=_end_with_parent, args=(parent,), daemon=True).start()
     try:
         _reader = PageReader(settings, threads=threads)
@@ -106,4 +118,11 @@ class ProcessWorkers:
             raise WorkersLost(f"a worker process died ({error})") from None
 
     def close(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
+        """Stops the processes at once: a page they are reading has no record yet and is read again by a later run
+        (`ProcessPoolExecutor.terminate_workers` does the same from Python 3.14)."""
+        processes = list((self.pool._processes or {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join()

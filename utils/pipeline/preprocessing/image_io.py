@@ -1,8 +1,8 @@
 """Opening images safely and converting them to RGB exactly as transformers does.
 
 Inputs are a path, raw bytes or a PIL image of any mode and size. Everything that cannot become a usable RGB
-image fails with a ValueError that says why: not an image, no pixels, or more pixels than `MAX_IMAGE_PIXELS`
-(checked from the header, before any pixel is decoded, so a decompression bomb costs nothing).
+image fails with a ValueError that says why: an empty file, not an image, no pixels, or more pixels than
+`MAX_IMAGE_PIXELS` (checked from the header, before any pixel is decoded, so a decompression bomb costs nothing).
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ def _open(source: ImageSource, *, name: str) -> Image.Image:
         source = io.BytesIO(bytes(source))
     elif not Path(source).is_file():
         raise FileNotFoundError(f"{name} does not exist or is not a file")
+    elif Path(source).stat().st_size == 0:
+        raise ValueError(f"{name} is empty: 0 bytes")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
