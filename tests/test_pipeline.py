@@ -177,6 +177,25 @@ def test_command_line_prints_text_and_metrics_as_json(tiny_ir, tmp_path, capsys)
     assert printed["metrics"]["num_generated_tokens"] == len(expected.tokens)
 
 
+def test_command_line_markov_head_off_drafts_with_the_per_position_argmax(tiny_ir, tmp_path, capsys):
+    """--markov-head off is the pipeline's Top-1 scorer, for one page and in an archive's recorded settings."""
+    from utils.engine.draft import PER_POSITION_ARGMAX
+    from utils.ocr import main
+
+    PAGES[0].image.save(tmp_path / "page.png")
+    common = [str(tmp_path / "page.png"), "--target", str(tiny_ir[0]), "--draft", str(tiny_ir[1]),
+              "--max-new-tokens", "24", "--device", "CPU", "--precision", "f32", "--confidence-threshold", "0"]
+    assert main(common + ["--markov-head", "off", "--out", str(tmp_path / "r.jsonl"), "--quiet"]) == 0
+    (record,) = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert record["settings"]["markov_head_top_k"] == PER_POSITION_ARGMAX
+    exact = SpeculativeOcrPipeline(tiny_ir[0], tiny_ir[1], device="CPU", precision="f32")
+    expected = exact.generate(tmp_path / "page.png", max_new_tokens=24, confidence_threshold=0.0, markov_head=False)
+    assert record["text"] == expected.texts[0] and record["steps"] == expected.metrics.num_steps
+    with pytest.raises(SystemExit):
+        main(common + ["--markov-head", "off", "--markov-head-top-k", "0"])
+    assert "--markov-head-top-k 0 chooses a Markov walk, and --markov-head is off" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("page", [0, 7, "noise"])
 def test_command_line_at_f32_gives_the_target_only_tokens_and_says_its_precision(tiny_ir, tmp_path, capsys, page):
     from PIL import Image

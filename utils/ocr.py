@@ -1,7 +1,8 @@
 """Command line: speculative OCR of an image, a PDF or a whole archive of them on OpenVINO.
 
     python -m utils.ocr FILE [--pages RANGE] [--target DIR] [--draft DIR|none] [--prompt TEXT]
-                             [--max-new-tokens N] [--num-assistant-tokens N] [--markov-head-top-k N]
+                             [--max-new-tokens N] [--num-assistant-tokens N] [--markov-head on|off]
+                             [--markov-head-top-k N]
                              [--confidence-threshold P] [--step-cost MS MS] [--device DEVICE]
                              [--precision f32|default] [--draft-precision f32|default]
                              [--chat-template-kwargs JSON] [--json [FILE]]
@@ -39,6 +40,7 @@ from utils.cli import (add_json_option, command_parser, existing_dir, existing_p
                        new_file, page_range, process_seconds, write_json)
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.engine.device import PRECISIONS
+from utils.engine.draft import PER_POSITION_ARGMAX
 from utils.engine.step_cost import StepCost
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
@@ -78,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="the most tokens to write per page")
     parser.add_argument("--num-assistant-tokens", metavar="N", type=int_at_least(1),
                         help="drafts verified per step (default: the draft's block size)")
+    parser.add_argument("--markov-head", choices=("on", "off"), default="on",
+                        help="off: draft each block position's own best token, without the Markov walk (DFlash's "
+                             "way), to compare with DSpark's; the text stays the target's")
     parser.add_argument("--markov-head-top-k", metavar="N", type=int_at_least(0),
                         help="K of the Top-K candidate scorer; 0 = dense walk (default: min(64, draft vocabulary))")
     parser.add_argument("--confidence-threshold", metavar="P", type=float_between(0.0, 1.0),
@@ -137,6 +142,16 @@ def _check_archive_arguments(parser, args) -> None:
         parser.error(f"{archive_only[0]} needs --out RESULTS.jsonl: an archive is read into one record per page")
     if args.out is not None and args.pages is not None:
         parser.error("--pages reads pages of one PDF; with --out every page of every file is read")
+
+
+def _check_markov_head(parser, args) -> None:
+    """--markov-head off drafts with the Top-1 scorer, the per-position argmax (recorded as such in archives)."""
+    if args.markov_head == "on":
+        return
+    if args.markov_head_top_k not in (None, PER_POSITION_ARGMAX):
+        parser.error(f"--markov-head-top-k {args.markov_head_top_k} chooses a Markov walk, and --markov-head is off: "
+                     "give one or the other")
+    args.markov_head_top_k = PER_POSITION_ARGMAX
 
 
 def _input_pages(args) -> tuple[list[int | None], Callable, Callable[[], None]]:
@@ -257,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     _check_archive_arguments(parser, args)
+    _check_markov_head(parser, args)
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 
     try:
