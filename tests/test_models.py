@@ -1,4 +1,4 @@
-"""The models folder: the shipped pair's IR is exported once, and again when the pair or the exporter changes; the
+"""The models folder: the shipped pair's IR is exported there once, and again when the pair or the exporter changes; the
 real pair's download probes both repositories first (the hub mocked: no network)."""
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ from utils.models import default_ir_pair
 
 
 def test_the_default_pair_is_exported_once_and_again_when_an_ir_format_changes(tmp_path, monkeypatch):
+    from utils.models import FRESH_EXPORT_VARIABLE
+
+    monkeypatch.setenv(FRESH_EXPORT_VARIABLE, "1")  # the models folder's exports, not the shipped IR
     exported = []
 
     def fake_export(kind):
