@@ -155,3 +155,11 @@ def test_fresh_exports_can_be_asked_for_whatever_the_shipped_ir(tmp_path, monkey
     assert exported == ["draft", "target"] and capsys.readouterr().err == ""
     monkeypatch.setenv(FRESH_EXPORT_VARIABLE, "0")
     assert default_ir_pair(tmp_path)[0] == SHIPPED_IR_DIR / "target"
+
+
+def test_compressed_copies_of_the_shipped_ir_go_to_the_models_folder(tmp_path):
+    from utils.models import compressed_ir_folder
+
+    assert compressed_ir_folder(SHIPPED_IR_DIR / "draft", "int8", tmp_path) == tmp_path / "tiny-ov" / "draft-int8"
+    exported = tmp_path / "MiniCPM-OCR-1.0-ov" / "target"
+    assert compressed_ir_folder(exported, "int4", tmp_path) == exported.with_name("target-int4"), "beside an export"
