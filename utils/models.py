@@ -320,9 +320,9 @@ def missing_draft_files(folder: Path | str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m utils.models --ship-ir [--out DIR]`: writes the shipped pair's IR (`ship_default_ir`)."""
-    import argparse
+    from utils.cli import command_parser
 
-    parser = argparse.ArgumentParser(prog="python -m utils.models", description=main.__doc__)
+    parser = command_parser("utils.models", main.__doc__)
     parser.add_argument("--ship-ir", action="store_true", required=True,
                         help="export the shipped tiny pair to fp32 IR, stamped, into --out")
     parser.add_argument("--out", metavar="DIR", default=SHIPPED_IR_DIR, help="default: utils/tiny/default/ov")
