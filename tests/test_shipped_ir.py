@@ -111,31 +111,18 @@ def test_a_fresh_clone_reads_a_page_without_torch_and_without_exporting(tmp_path
     assert _tree_digest(SHIPPED_IR_DIR) == shipped, "nothing written into the shipped IR"
 
 
-def _fake_exports(monkeypatch) -> list[str]:
-    exported = []
-
-    def fake_export(kind):
-        def export(source, out, **options):
-            exported.append(kind)
-            Path(out).mkdir(parents=True, exist_ok=True)
-            return Path(out)
-        return export
-
-    monkeypatch.setattr("utils.export.draft.export_draft", fake_export("draft"))
-    monkeypatch.setattr("utils.export.target.export_target", fake_export("target"))
-    return exported
-
-
-def test_the_shipped_ir_is_read_when_its_stamp_is_of_the_shipped_files_and_this_exporter(tmp_path, monkeypatch):
+def test_the_shipped_ir_is_read_when_its_stamp_is_of_the_shipped_files_and_this_exporter(tmp_path, monkeypatch,
+                                                                                         fake_exporter):
     monkeypatch.delenv(FRESH_EXPORT_VARIABLE, raising=False)
-    exported = _fake_exports(monkeypatch)
+    exported = fake_exporter
     assert default_ir_pair(tmp_path) == (SHIPPED_IR_DIR / "target", SHIPPED_IR_DIR / "draft")
     assert exported == [] and not (tmp_path / "tiny-ov").exists()
 
 
-def test_a_stale_shipped_ir_falls_back_to_exporting_into_the_models_folder(tmp_path, monkeypatch, capsys):
+def test_a_stale_shipped_ir_falls_back_to_exporting_into_the_models_folder(tmp_path, monkeypatch, capsys,
+                                                                          fake_exporter):
     monkeypatch.delenv(FRESH_EXPORT_VARIABLE, raising=False)
-    exported = _fake_exports(monkeypatch)
+    exported = fake_exporter
     shipped = _tree_digest(SHIPPED_IR_DIR)
     monkeypatch.setattr("utils.models.IR_FORMAT_VERSION", 10_000)  # an exporter writing another target layout
     assert default_ir_pair(tmp_path) == (tmp_path / "tiny-ov" / "target", tmp_path / "tiny-ov" / "draft")
@@ -148,9 +135,9 @@ def test_a_stale_shipped_ir_falls_back_to_exporting_into_the_models_folder(tmp_p
     assert _tree_digest(SHIPPED_IR_DIR) == shipped, "nothing written into the shipped IR"
 
 
-def test_fresh_exports_can_be_asked_for_whatever_the_shipped_ir(tmp_path, monkeypatch, capsys):
+def test_fresh_exports_can_be_asked_for_whatever_the_shipped_ir(tmp_path, monkeypatch, capsys, fake_exporter):
     monkeypatch.setenv(FRESH_EXPORT_VARIABLE, "1")
-    exported = _fake_exports(monkeypatch)
+    exported = fake_exporter
     assert default_ir_pair(tmp_path) == (tmp_path / "tiny-ov" / "target", tmp_path / "tiny-ov" / "draft")
     assert exported == ["draft", "target"] and capsys.readouterr().err == ""
     monkeypatch.setenv(FRESH_EXPORT_VARIABLE, "0")
