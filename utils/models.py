@@ -26,7 +26,7 @@ from pathlib import Path
 from utils.contract import DRAFT_IR_FORMAT_VERSION, IR_FORMAT_VERSION
 
 __all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "SHIPPED_IR_DIR", "FRESH_EXPORT_VARIABLE", "models_dir",
-           "shown_path", "compiled_cache_dir", "export_once", "default_ir_pair", "ship_default_ir", "compressed_ir_folder",
+           "shown_path", "compiled_cache_dir", "export_once", "default_ir_pair", "ship_default_ir", "derived_ir_folder",
            "current_target_export", "current_draft_export",
            "download_real_pair",
            "hub_unreachable_reason", "real_ir_pair", "missing_target_files", "missing_draft_files"]
@@ -172,19 +172,20 @@ def ship_default_ir(out: Path | str = SHIPPED_IR_DIR) -> Path:
     return Path(out)
 
 
-def compressed_ir_folder(source: Path | str, weight_format: str, models: Path | str | None = None) -> Path:
-    """Where a compressed copy of the IR folder `source` goes: beside it, `<name>-<weight_format>`, or, for the
-    shipped IR (never written into at run time), in the models folder's `tiny-ov/`, where its exports go.
+def derived_ir_folder(source: Path | str, suffix: str, models: Path | str | None = None) -> Path:
+    """Where a folder made from the IR folder `source` (a compressed copy, rounded weights) goes: beside it,
+    `<name>-<suffix>`, or, for the shipped IR (never written into at run time), in the models folder's `tiny-ov/`,
+    where its exports go.
 
     Args:
         source: an exported target or draft folder.
-        weight_format: the compressed copy's weight format ("int8", "int4").
+        suffix: what the folder holds: "int8", "int4", "bf16-weights".
         models: the models folder (default: `models_dir()`).
     """
     source = Path(source)
     shipped = source.resolve().parent == SHIPPED_IR_DIR.resolve()
     parent = (Path(models) if models is not None else models_dir()) / "tiny-ov" if shipped else source.parent
-    return parent / f"{source.name}-{weight_format}"
+    return parent / f"{source.name}-{suffix}"
 
 
 def current_target_export(folder: Path | str) -> bool:
