@@ -1,4 +1,4 @@
-"""Where the suite keeps its model folders, and the default pair's IR: exported once and reused.
+"""Where the suite keeps its model folders, and the default pair's IR: shipped beside it, or exported once and reused.
 
 The default pair itself ships in the repository (`utils/tiny/default`, `utils.tiny.default_pair`), and so does its
 fp32 IR (`utils/tiny/default/ov`, `SHIPPED_IR_DIR`, written by `python -m utils.models --ship-ir`): a fresh clone
