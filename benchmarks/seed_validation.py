@@ -30,12 +30,12 @@ _SEED_WEIGHTS = {"fp16": "bf16", "fp32": "bf16", "int8": "int8", "int4": "int4"}
 def _tiny_pair(models: Path | None) -> tuple[Path, dict[str, Path]]:
     """The tiny target and its draft in fp32, int8 and int4 (compressed once, as notebook 06 does)."""
     from utils.export.compression import compress_folder
-    from utils.models import default_ir_pair
+    from utils.models import default_ir_pair, derived_ir_folder
 
     target, draft = default_ir_pair(models)
     drafts = {"fp32": draft}
     for weight_format in ("int8", "int4"):
-        drafts[weight_format] = draft.with_name(f"draft-{weight_format}")
+        drafts[weight_format] = derived_ir_folder(draft, weight_format, models)
         if not drafts[weight_format].exists():
             compress_folder(draft, drafts[weight_format], weight_format=weight_format)
     return target, drafts

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,24 @@ from utils.tiny import TinyPairConfig, build_tiny_pair
 def tiny_pair(tmp_path_factory):
     """The default tiny pair (seed 0), built into a session temporary folder."""
     return build_tiny_pair(tmp_path_factory.mktemp("tiny") / "pair", TinyPairConfig())
+
+
+@pytest.fixture
+def fake_exporter(monkeypatch) -> list[str]:
+    """Replaces `export_draft` and `export_target` by stand-ins that only make the folder; returns the list of the
+    kinds exported, in order."""
+    exported = []
+
+    def fake_export(kind):
+        def export(source, out, **options):
+            exported.append(kind)
+            Path(out).mkdir(parents=True, exist_ok=True)
+            return Path(out)
+        return export
+
+    monkeypatch.setattr("utils.export.draft.export_draft", fake_export("draft"))
+    monkeypatch.setattr("utils.export.target.export_target", fake_export("target"))
+    return exported
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The models folder: the shipped pair's IR is exported once, and again when the pair or the exporter changes; the
+"""The models folder: the shipped pair's IR is exported there once, and again when the pair or the exporter changes; the
 real pair's download probes both repositories first (the hub mocked: no network)."""
 
 from __future__ import annotations
@@ -11,18 +11,11 @@ import pytest
 from utils.models import default_ir_pair
 
 
-def test_the_default_pair_is_exported_once_and_again_when_an_ir_format_changes(tmp_path, monkeypatch):
-    exported = []
+def test_the_default_pair_is_exported_once_and_again_when_an_ir_format_changes(tmp_path, monkeypatch, fake_exporter):
+    from utils.models import FRESH_EXPORT_VARIABLE
 
-    def fake_export(kind):
-        def export(source, out, **options):
-            exported.append(kind)
-            Path(out).mkdir(parents=True, exist_ok=True)
-            return Path(out)
-        return export
-
-    monkeypatch.setattr("utils.export.draft.export_draft", fake_export("draft"))
-    monkeypatch.setattr("utils.export.target.export_target", fake_export("target"))
+    monkeypatch.setenv(FRESH_EXPORT_VARIABLE, "1")  # the models folder's exports, not the shipped IR
+    exported = fake_exporter
     target, draft = default_ir_pair(tmp_path)
     assert (target, draft) == (tmp_path / "tiny-ov" / "target", tmp_path / "tiny-ov" / "draft")
     assert exported == ["draft", "target"]

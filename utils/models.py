@@ -1,27 +1,33 @@
-"""Where the suite keeps its model folders, and the default pair's IR: exported once and reused.
+"""Where the suite keeps its model folders, and the default pair's IR: shipped beside it, or exported once and reused.
 
-The default pair itself ships in the repository (`utils/tiny/default`, `utils.tiny.default_pair`). Layout
-below the models folder (`<repo>/models`, or $DSPARK_OCR_MODELS):
-    tiny-ov/          its IR exports: target/ and draft/, each stamped with what it was made from
+The default pair itself ships in the repository (`utils/tiny/default`, `utils.tiny.default_pair`), and so does its
+fp32 IR (`utils/tiny/default/ov`, `SHIPPED_IR_DIR`, written by `python -m utils.models --ship-ir`): a fresh clone
+reads a page without torch and without exporting. Layout below the models folder (`<repo>/models`, or
+$DSPARK_OCR_MODELS):
+    tiny-ov/          the pair's IR exported here when the shipped IR is not of these files and this exporter (a
+                      retrained pair, a new IR format) or when $DSPARK_OCR_FRESH_EXPORT is set: target/ and draft/
     compiled/         OpenVINO's model cache (`compiled_cache_dir`): archive workers import what was compiled before
     MiniCPM-OCR-1.0/, MiniCPM-OCR-1.0-DSpark/   the real checkpoints, when downloaded
 
 Every export goes through `export_once`, which keys it by what it was made from, never by a folder existing: the
 SHA-256 of each source file (and of the draft a target is sized by), the weight format and the exporter's IR format
 (`IR_FORMAT_VERSION`, `DRAFT_IR_FORMAT_VERSION`). A retrained pair or a new exporter therefore never meets a stale IR.
+The shipped IR carries the same stamp and is read only when it equals the stamp of the files beside it.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
+import sys
 from pathlib import Path
 
 from utils.contract import DRAFT_IR_FORMAT_VERSION, IR_FORMAT_VERSION
 
-__all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "models_dir", "shown_path", "compiled_cache_dir",
-           "export_once", "default_ir_pair", "tiny_pair_ir",
-           "current_target_export", "current_draft_export",
+__all__ = ["REPO_ROOT", "REAL_TARGET_ID", "REAL_DRAFT_ID", "SHIPPED_IR_DIR", "FRESH_EXPORT_VARIABLE", "models_dir",
+           "shown_path", "compiled_cache_dir", "export_once", "default_ir_pair", "tiny_pair_ir", "ship_default_ir",
+           "derived_ir_folder", "current_target_export", "current_draft_export",
            "download_real_pair",
            "hub_unreachable_reason", "real_ir_pair", "missing_target_files", "missing_draft_files"]
 
@@ -29,6 +35,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 REAL_TARGET_ID = "openbmb/MiniCPM-OCR-1.0"
 REAL_DRAFT_ID = "openbmb/MiniCPM-OCR-1.0-DSpark"
 EXPORT_STAMP = "export-source.json"  # in each export folder: what `export_once` made it from
+SHIPPED_IR_DIR = REPO_ROOT / "utils" / "tiny" / "default" / "ov"  # the shipped pair's IR: target/ and draft/
+FRESH_EXPORT_VARIABLE = "DSPARK_OCR_FRESH_EXPORT"  # set (not "0"): `default_ir_pair` exports, ignoring SHIPPED_IR_DIR
 
 
 def models_dir() -> Path:
@@ -60,6 +68,21 @@ def _source_files(folder: Path) -> dict[str, str]:
             for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
+def _export_stamp(kind: str, source: Path, *, draft: Path | None, weight_format: str) -> dict:
+    """What an export of `source` (sized by `draft`, for a target) by this exporter is stamped with."""
+    stamp = {"kind": kind, "weight_format": weight_format, "source": _source_files(source),
+             "ir_format": IR_FORMAT_VERSION if kind == "target" else DRAFT_IR_FORMAT_VERSION}
+    if kind == "target":
+        stamp["draft"] = _source_files(draft) if draft is not None else None
+    return stamp
+
+
+def _holds(out: Path, stamp: dict) -> bool:
+    """Whether the folder `out` holds the export `stamp` describes."""
+    stamp_path = out / EXPORT_STAMP
+    return stamp_path.is_file() and json.loads(stamp_path.read_text()) == stamp
+
+
 def export_once(kind: str, source: Path | str, out: Path | str, *, draft: Path | str | None = None,
                 weight_format: str = "fp32") -> Path:
     """Exports a target or a draft folder to `out`, unless `out` holds an export of these very files.
@@ -74,48 +97,104 @@ def export_once(kind: str, source: Path | str, out: Path | str, *, draft: Path |
         draft: for a target, the draft folder that sizes its language model.
         weight_format: "fp32", "fp16", "int8" or "int4".
     """
-    import json
-
-    from utils.export.draft import export_draft
-    from utils.export.target import export_target
-
     if kind not in ("target", "draft"):
         raise ValueError(f"kind must be 'target' or 'draft', not {kind!r}")
     source, out = Path(source), Path(out)
-    stamp = {"kind": kind, "weight_format": weight_format, "source": _source_files(source),
-             "ir_format": IR_FORMAT_VERSION if kind == "target" else DRAFT_IR_FORMAT_VERSION}
-    if kind == "target":
-        stamp["draft"] = _source_files(Path(draft)) if draft is not None else None
-    stamp_path = out / EXPORT_STAMP
-    if stamp_path.is_file() and json.loads(stamp_path.read_text()) == stamp:
+    stamp = _export_stamp(kind, source, draft=Path(draft) if draft is not None else None, weight_format=weight_format)
+    if _holds(out, stamp):
         return out
+    from utils.export.draft import export_draft
+    from utils.export.target import export_target
+
     if kind == "target":
         export_target(source, out, draft=draft, weight_format=weight_format, overwrite=True)
     else:
         export_draft(source, out, weight_format=weight_format, overwrite=True)
-    stamp_path.write_text(json.dumps(stamp, indent=2) + "\n")
+    (out / EXPORT_STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
     return out
 
 
+def _fresh_exports_asked() -> bool:
+    return os.environ.get(FRESH_EXPORT_VARIABLE, "") not in ("", "0")
+
+
+def _pair_stamps(pair) -> dict[str, dict]:
+    """{"target": stamp, "draft": stamp} of the fp32 exports of `pair` (a `utils.tiny.TinyPair`) by this exporter."""
+    return {"target": _export_stamp("target", pair.target, draft=pair.draft, weight_format="fp32"),
+            "draft": _export_stamp("draft", pair.draft, draft=None, weight_format="fp32")}
+
+
 def default_ir_pair(models: Path | str | None = None) -> tuple[Path, Path]:
-    """(target IR folder, draft IR folder) of the shipped tiny pair, exported once (again when it changed).
+    """(target IR folder, draft IR folder) of the shipped tiny pair: the shipped IR (`SHIPPED_IR_DIR`) when it is
+    stamped as an export of the shipped files by this exporter, else exported once into the models folder.
+
+    The shipped IR is read without torch and without exporting. An IR made from other files or by another IR format
+    (a retrained pair, a new exporter) is never read: the pair is exported into `<models>/tiny-ov`, saying so in one
+    line on stderr, and reused there until it changes again. $DSPARK_OCR_FRESH_EXPORT (`FRESH_EXPORT_VARIABLE`)
+    exports there whatever the shipped IR (CI runs the notebooks on fresh exports too). Nothing is written into the
+    repository's folders.
 
     Args:
         models: the models folder (default: `models_dir()`).
     """
     from utils.tiny import default_pair
 
-    exports = (Path(models) if models is not None else models_dir()) / "tiny-ov"
     pair = default_pair()
-    draft = export_once("draft", pair.draft, exports / "draft")
-    return export_once("target", pair.target, exports / "target", draft=pair.draft), draft
+    stamps = _pair_stamps(pair)
+    fresh = _fresh_exports_asked()
+    if not fresh and all(_holds(SHIPPED_IR_DIR / kind, stamp) for kind, stamp in stamps.items()):
+        return SHIPPED_IR_DIR / "target", SHIPPED_IR_DIR / "draft"
+    exports = (Path(models) if models is not None else models_dir()) / "tiny-ov"
+    if not fresh and not all(_holds(exports / kind, stamp) for kind, stamp in stamps.items()):
+        print(f"the shipped IR ({shown_path(SHIPPED_IR_DIR)}) is not an export of the tiny pair beside it by this "
+              f"exporter: exporting the pair once into {shown_path(exports)} (rewrite the shipped IR with "
+              "`python -m utils.models --ship-ir`)", file=sys.stderr)
+    return _export_pair(pair.target, pair.draft, exports)
+
+
+def _export_pair(target: Path, draft: Path, exports: Path) -> tuple[Path, Path]:
+    """(target IR, draft IR) of a target folder and its draft, exported once (fp32) into `exports`/target and /draft."""
+    draft_ir = export_once("draft", draft, exports / "draft")
+    return export_once("target", target, exports / "target", draft=draft), draft_ir
+
+
+def ship_default_ir(out: Path | str = SHIPPED_IR_DIR) -> Path:
+    """(Re)writes the shipped pair's fp32 IR, stamped, into `out` (target/ and draft/), replacing it whole only
+    when both exports succeeded. Run after the pair is rebuilt or the exporter's IR format changes
+    (`python -m utils.models --ship-ir`, docs/tiny-pair.md)."""
+    from utils.contract import TARGET_MANIFEST
+    from utils.files import atomic_directory
+    from utils.tiny import default_pair
+
+    pair = default_pair()
+    with atomic_directory(out, overwrite=True) as staging:
+        _export_pair(pair.target, pair.draft, staging)
+        report = staging / "target" / TARGET_MANIFEST  # what is machine-bound in it: absolute paths, the export's time
+        described = json.loads(report.read_text()) | {"source": shown_path(pair.target), "draft": shown_path(pair.draft)}
+        described.pop("export_seconds")
+        report.write_text(json.dumps(described, indent=2) + "\n")
+    return Path(out)
+
+
+def derived_ir_folder(source: Path | str, suffix: str, models: Path | str | None = None) -> Path:
+    """Where a folder made from the IR folder `source` (a compressed copy, rounded weights) goes: beside it,
+    `<name>-<suffix>`, or, for the shipped IR (never written into at run time), in the models folder's `tiny-ov/`,
+    where its exports go.
+
+    Args:
+        source: an exported target or draft folder.
+        suffix: what the folder holds: "int8", "int4", "bf16-weights".
+        models: the models folder (default: `models_dir()`).
+    """
+    source = Path(source)
+    shipped = source.resolve().parent == SHIPPED_IR_DIR.resolve()
+    parent = (Path(models) if models is not None else models_dir()) / "tiny-ov" if shipped else source.parent
+    return parent / f"{source.name}-{suffix}"
 
 
 def current_target_export(folder: Path | str) -> bool:
     """Whether `folder` holds a target export that this code reads: its language-model config names this
     `IR_FORMAT_VERSION` (an export by older code is exported again, not read)."""
-    import json
-
     from utils.contract import LANGUAGE_MODEL_CONFIG
 
     path = Path(folder) / LANGUAGE_MODEL_CONFIG
@@ -227,8 +306,7 @@ def tiny_pair_ir(pair: Path | str, models: Path | str | None = None) -> tuple[Pa
     writes it), exported once into the models folder under the pair folder's name."""
     pair = Path(pair)
     exports = (Path(models) if models is not None else models_dir()) / f"{pair.resolve().name}-ov"
-    draft = export_once("draft", pair / "draft", exports / "draft")
-    return export_once("target", pair / "target", exports / "target", draft=pair / "draft"), draft
+    return _export_pair(pair / "target", pair / "draft", exports)
 
 
 def missing_target_files(folder: Path | str) -> list[str]:
@@ -251,3 +329,20 @@ def missing_draft_files(folder: Path | str) -> list[str]:
     expected = [DRAFT_MODEL, MARKOV_HEAD_MODEL, "config.json", LOCAL_TO_TARGET]
     expected += [name.replace(".xml", ".bin") for name in expected if name.endswith(".xml")]
     return [name for name in expected if not (Path(folder) / name).is_file()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m utils.models --ship-ir [--out DIR]`: writes the shipped pair's IR (`ship_default_ir`)."""
+    from utils.cli import command_parser
+
+    parser = command_parser("utils.models", main.__doc__)
+    parser.add_argument("--ship-ir", action="store_true", required=True,
+                        help="export the shipped tiny pair to fp32 IR, stamped, into --out")
+    parser.add_argument("--out", metavar="DIR", default=SHIPPED_IR_DIR, help="default: utils/tiny/default/ov")
+    args = parser.parse_args(argv)
+    print(f"shipped IR written to {shown_path(ship_default_ir(args.out))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
