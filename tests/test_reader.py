@@ -263,6 +263,45 @@ def test_refining_a_saved_first_phase_gives_the_bits_of_a_whole_training(reading
     assert {"look-alikes", "prose"} <= set(refined_report.held_out.cer_by_kind)
 
 
+@pytest.mark.slow
+def test_a_reader_training_cut_short_resumes_to_the_bits_of_one_that_ran_through(reading_pair, tmp_path, monkeypatch):
+    """`--checkpoint-dir`: cut during its refining, a training resumed from its checkpoints (the first phase's last, the
+    refining's first step) trains the reader and measures the curve of a training that ran through."""
+    import shutil
+
+    from utils.tiny import reader
+    from utils.tiny.config import Checkpoints
+
+    config = ReaderConfig(steps=2, refine_steps=2, examples_per_step=1, checkpoints=1, held_out_pages=1,
+                          warmup_steps=1)
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    for folder in (whole, resumed):
+        shutil.copytree(reading_pair.target, folder)
+    whole_report = reader.train_reader(whole, config)
+    checkpoints = Checkpoints(tmp_path / "checkpoints", options={}, every=1)  # the reader stamps its own options
+    losses, calls = reader.reading_losses, []
+
+    def cut_at_the_refinings_second_step(*args):
+        calls.append(args)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return losses(*args)
+
+    monkeypatch.setattr(reader, "reading_losses", cut_at_the_refinings_second_step)
+    with pytest.raises(KeyboardInterrupt):
+        reader.train_reader(resumed, config, checkpoints=checkpoints)
+    monkeypatch.undo()
+    assert sorted(path.name for path in checkpoints.folder.iterdir()) == ["read.checkpoint.pt", "refine.checkpoint.pt"]
+    resumed_report = reader.train_reader(resumed, config, checkpoints=checkpoints)
+    whole_weights, resumed_weights = _safetensors(whole), _safetensors(resumed)
+    assert all(torch.equal(whole_weights[name], resumed_weights[name]) for name in whole_weights)
+    assert resumed_report.curve == whole_report.curve and resumed_report.examples == 4
+    assert resumed_report.first_loss == whole_report.first_loss and resumed_report.last_loss == whole_report.last_loss
+    assert resumed_report.train_seconds > 0
+    with pytest.raises(ValueError, match=r"read\.steps: saved 2, now 3"):
+        reader.train_reader(resumed, ReaderConfig(**config.options() | {"steps": 3}), checkpoints=checkpoints)
+
+
 def _first_phase_copy(tmp_path, change):
     """A copy of the shipped pair whose manifest records the build stamp `change(stamp)` returns."""
     import shutil

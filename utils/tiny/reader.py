@@ -41,7 +41,7 @@ from utils.evaluation.character_error_rate import character_error_rate
 from utils.pages.reading_pages import HARD_KINDS, ReadingPage, iter_reading_pages, reading_pages
 from utils.contract.target import TARGET_CONFIG, TYPEWRITER_PAGE
 from utils.pages.typewriter import CELL, PAGE_ROWS, PAGE_WIDTH, Ink
-from utils.tiny.config import ReaderConfig
+from utils.tiny.config import Checkpoints, ReaderConfig
 from utils.tiny.distill_data import prompt_inputs
 from utils.tiny.pretrain import zero_padding_rows
 from utils.tiny.target import quiet_progress_bars
@@ -164,13 +164,13 @@ class FirstPhase:
     report: dict  # what that training measured (`ReaderReport.as_dict`, from its pair's manifest)
 
 
-def _checkpoint_steps(steps: int, checkpoints: int) -> set[int]:
+def _measured_steps(steps: int, points: int) -> set[int]:
     """The steps before which the curve is measured: evenly spaced, the first before any training."""
-    return {steps * index // checkpoints for index in range(checkpoints)}
+    return {steps * index // points for index in range(points)}
 
 
 def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
-                 first_phase: FirstPhase | None = None) -> ReaderReport:
+                 first_phase: FirstPhase | None = None, checkpoints: Checkpoints | None = None) -> ReaderReport:
     """Trains every weight of the target in `target_dir` to read typewriter pages, and saves it in place.
 
     Two phases, each with its own optimiser and page stream: `config.steps` on `config.kinds`, then
@@ -185,6 +185,8 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
         config: data, training and measuring options; defaults to `ReaderConfig()`.
         first_phase: start from a reader trained with this config's first phase instead of training it again; its
             learning curve and time open the report's.
+        checkpoints: save each phase's progress there (`read`, `refine`) and resume from it: the same reader, its
+            curve and its training time as a training that ran through.
 
     Returns:
         A `ReaderReport`; its held-out score is measured on `config.held_out_pages` pages of `PAGE_KINDS` after
@@ -193,6 +195,7 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     config = config or ReaderConfig()
+    checkpoints = checkpoints and checkpoints.stamped("read", config.options())
     target_dir = Path(target_dir)
     held_out = reading_pages(config.held_out_pages, seed=config.seed, split="held-out")
     phases = [] if first_phase else [(config.steps, config.kinds, config.learning_rate, config.checkpoints)]
@@ -204,14 +207,11 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
                                                             attn_implementation="eager")
         noise = add_precision_noise(model, config.precision_noise)
         processor = AutoProcessor.from_pretrained(target_dir)
-        measuring = [0.0]
 
         def held_out_score(pages: Sequence[ReadingPage] = held_out) -> ReadingScore:
-            start = time.perf_counter()
             model.eval()
             score = score_readings(pages, read_pages(model, processor, pages, prompt=config.prompts[0]))
             model.train()
-            measuring[0] += time.perf_counter() - start
             return score
 
         examples = first_phase.report["examples"] if first_phase else 0
@@ -219,19 +219,19 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
         # the first phase's last point is the refining's first, measured again below
         curve = [tuple(point) for point in first_phase.report["curve"][:-1]] if first_phase else []
         losses = [first_phase.report["first_loss"]] if first_phase else []
-        for index, (steps, kinds, learning_rate, checkpoints) in enumerate(phases):
+        for index, (steps, kinds, learning_rate, points) in enumerate(phases):
             refining = index > 0 or first_phase is not None
             seed = config.seed + (_REFINE_SEED if refining else 0)
             if refining:
                 torch.manual_seed(seed)
-            start, measured = time.perf_counter(), measuring[0]
-            losses += _train_phase(model, processor, config, kinds=kinds, steps=steps, learning_rate=learning_rate,
-                                   seed=seed, refining=refining,
-                                   checkpoints=_checkpoint_steps(steps, checkpoints), curve=curve, examples=examples,
-                                   held_out_score=held_out_score)
+            phase_losses, seconds = _train_phase(
+                model, processor, config, kinds=kinds, steps=steps, learning_rate=learning_rate, seed=seed,
+                refining=refining, measured_at=_measured_steps(steps, points), curve=curve, examples=examples,
+                held_out_score=held_out_score, checkpoints=checkpoints)
+            losses += phase_losses
             zero_padding_rows(model, tokenizer_size=len(processor.tokenizer))  # as a saved first phase has them
             examples += steps * config.examples_per_step
-            train_seconds += time.perf_counter() - start - (measuring[0] - measured)
+            train_seconds += seconds
         for handle in noise:
             handle.remove()
         score = held_out_score()
@@ -250,11 +250,13 @@ _REFINE_SEED = 100  # added to the seed for the refining's pages, prompts and gl
 
 
 def _train_phase(model, processor, config: ReaderConfig, *, kinds: tuple[str, ...], steps: int, learning_rate: float,
-                 seed: int, refining: bool, checkpoints: set[int], curve: list, examples: int, held_out_score
-                 ) -> list[float]:
+                 seed: int, refining: bool, measured_at: set[int], curve: list, examples: int, held_out_score,
+                 checkpoints: Checkpoints | None) -> tuple[list[float], float]:
     """One phase of `train_reader`: `steps` steps of `config.examples_per_step` pages of `kinds`, a glyph head of
-    its own, the curve measured before each step of `checkpoints`. Returns every step's loss. A refining phase leaves
-    `config.refine_unmoved_share` of its pages' glyphs unmoved (`Ink.random`); the first phase moves every glyph.
+    its own, the curve measured before each step of `measured_at` and appended to `curve`. Returns every step's loss
+    and the training's seconds, the measuring's excluded. A refining phase leaves `config.refine_unmoved_share` of
+    its pages' glyphs unmoved (`Ink.random`); the first phase moves every glyph. With `checkpoints` it saves its
+    progress as `read` or `refine` and resumes from it, skipping the pages already drawn.
 
     A refining phase's glyph head starts at zero: a random head on a trained reader's features would send
     gradients of a loss of about 15 into them; a zero head sends none until it has learnt something."""
@@ -266,21 +268,30 @@ def _train_phase(model, processor, config: ReaderConfig, *, kinds: tuple[str, ..
     pages = iter_reading_pages(seed=seed, kinds=kinds, ink=partial(Ink.random, unmoved_share=unmoved_share),
                                sparse_share=config.sparse_share)
     prompts = np.random.default_rng(seed).integers(0, len(config.prompts), size=steps * config.examples_per_step)
+    record = {"curve": [], "measuring": 0.0}  # this phase's points and the seconds spent measuring them
 
     def step_loss(step: int):
-        if step in checkpoints:
-            curve.append((examples + step * config.examples_per_step, held_out_score().cer))
+        if step in measured_at:
+            start = time.perf_counter()
+            record["curve"].append((examples + step * config.examples_per_step, held_out_score().cer))
+            record["measuring"] += time.perf_counter() - start
         chosen = range(step * config.examples_per_step, (step + 1) * config.examples_per_step)
         parts = torch.stack([torch.stack(reading_losses(model, glyph_head, processor, page, config.prompts[prompts[i]]))
                              for i, page in zip(chosen, itertools.islice(pages, config.examples_per_step))]).mean(0)
         answer, glyph, alignment = parts
         loss = answer + config.glyph_weight * glyph + config.alignment_weight * alignment
-        return loss, {"answer": answer.item(), "glyph": glyph.item(), "align": alignment.item(), "CER": curve[-1][1]}
+        return loss, {"answer": answer.item(), "glyph": glyph.item(), "align": alignment.item(),
+                      "CER": record["curve"][-1][1]}
 
     model.train()
-    return train_steps([*model.parameters(), *glyph_head.parameters()], step_loss, steps=steps,
-                       learning_rate=learning_rate, warmup_steps=config.warmup_steps,
-                       desc=f"training the tiny target to read ({', '.join(dict.fromkeys(kinds))[:40]}...)")
+    losses = train_steps([*model.parameters(), *glyph_head.parameters()], step_loss, steps=steps,
+                         learning_rate=learning_rate, warmup_steps=config.warmup_steps,
+                         desc=f"training the tiny target to read ({', '.join(dict.fromkeys(kinds))[:40]}...)",
+                         checkpoints=checkpoints, name="refine" if refining else "read",
+                         skip=lambda done: list(itertools.islice(pages, done * config.examples_per_step)),
+                         record=record)
+    curve.extend(tuple(point) for point in record["curve"])
+    return losses, record["seconds"] - record["measuring"]
 
 
 def mark_typewriter_reader(target_dir: Path | str) -> None:
