@@ -50,7 +50,7 @@ class TinyPairConfig:
 
     seed: int = 0
     tokenizer_vocab_size: int = 1000  # trained BPE size, special tokens included (the draft's input vocabulary);
-    # BYTE_VOCABULARY learns no merge: one token per character, which a reader needs (READING_PAIR)
+    # BYTE_VOCABULARY learns no merge: one token per character, as the shipped reader has (READING_PAIR)
     vocab_size: int | None = None  # target embedding rows; default: tokenizer size rounded up to 64
     draft_vocab_size: int = 448
     block_size: int = 8
