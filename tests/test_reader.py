@@ -192,7 +192,8 @@ def merging_model(tmp_path_factory):
 
 def test_with_one_token_per_character_the_losses_are_the_cell_by_cell_readers(reading_model):
     model, head, processor = reading_model
-    pages = [*reading_pages(2, seed=0, sparse_share=1.0), ReadingPage("word", "the the", render_typewriter_page(["the the"]))]
+    pages = [*reading_pages(2, seed=0, sparse_share=1.0),
+             ReadingPage("word", "the the", render_typewriter_page(["the the"]))]
     for page in pages:
         losses = reading_losses(model, head, processor, page, SAMPLE_PROMPTS[0])
         expected = _cell_by_cell_losses(model, head, processor, page, SAMPLE_PROMPTS[0])

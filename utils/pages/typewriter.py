@@ -31,8 +31,8 @@ import numpy as np
 from PIL import Image
 
 __all__ = ["CELL", "PAGE_ROWS", "PAGE_WIDTH", "PAGE_CELLS", "MAX_PAGE_CELLS", "GLYPH_ATLAS", "GLYPH_SIZES",
-           "PAGE_GLYPH_SIZE", "GLYPHS", "Ink", "page_text", "grid_text", "text_cells", "fit_page", "typed_lines", "typed_page",
-           "typed_pages_lines", "typed_pages", "save_typed_pages", "joined_reading", "render_typewriter_page",
+           "PAGE_GLYPH_SIZE", "GLYPHS", "Ink", "page_text", "grid_text", "text_cells", "fit_page", "typed_lines",
+           "typed_page", "typed_pages_lines", "typed_pages", "save_typed_pages", "joined_reading", "render_typewriter_page",
            "draw_glyph_atlas"]
 
 CELL = 28  # pixels per cell side: one "4x" image token of 14-pixel patches

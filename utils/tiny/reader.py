@@ -15,8 +15,9 @@ about 40 minutes when four things hold (`docs/tiny-pair.md` has the learning cur
    learns only through the answer, which is slow.
 4. **An alignment signal in training only.** The language model's full-attention layers are told where to look:
    the position that writes character k attends to image token k (`alignment_weight`, the negative log of that
-   attention weight, in every head; for a token of several characters, of its summed weight on their cells). Nothing of this reaches inference: positions stay the engine's
-   ordinary sequential ones, and the head and the loss are dropped when training ends.
+   attention weight, in every head; for a token of several characters, of its summed weight on their cells).
+   Nothing of this reaches inference: positions stay the engine's ordinary sequential ones, and the head and the
+   loss are dropped when training ends.
 
 Every step trains on `examples_per_step` generated pages (`utils.pages.reading_pages`), inked at random
 (glyph size, grey levels, glyphs moved by up to 2 pixels), with every linear layer's input perturbed by
@@ -49,7 +50,8 @@ from utils.tiny.target import quiet_progress_bars
 from utils.tiny.training import quiet_single_thread, train_steps
 
 __all__ = ["ReadingScore", "ReaderReport", "FirstPhase", "READING_SLACK", "read_pages", "score_readings",
-           "answer_cells", "reading_losses", "add_precision_noise", "train_reader", "mark_typewriter_reader", "reading_summary"]
+           "answer_cells", "reading_losses", "add_precision_noise", "train_reader", "mark_typewriter_reader",
+           "reading_summary"]
 
 READING_SLACK = 8  # a reading may run this many tokens past the page's text before it is cut
 
