@@ -139,15 +139,45 @@ def test_distilled_draft_lands_in_an_honest_band_on_held_out_pages(distilled):
 
 
 def test_distillation_is_deterministic_from_the_command_line_and_python(tmp_path, capsys):
-    argv = ["--out", str(tmp_path / "cli"), "--distill", "--distill-pages", "2", "--distill-steps", "3"]
+    argv = ["--out", str(tmp_path / "cli"), "--distill", "--distill-pages", "2", "--distill-steps", "3",
+            "--checkpoint-dir", str(tmp_path / "checkpoints")]
     assert tiny_cli(argv) == 0
     assert "(distilled draft)" in capsys.readouterr().out
+    assert [path.name for path in (tmp_path / "checkpoints").iterdir()] == ["distill.checkpoint.pt"]
     again = build_tiny_pair(tmp_path / "python", TinyPairConfig(), distill=TINY)
     for name in (DRAFT_WEIGHTS, LOCAL_TO_TARGET, EXPORT_AUDIT):
         assert sha256_file(tmp_path / "cli" / "draft" / name) == sha256_file(again.draft / name)
     assert json.loads((again.root / BUILD_STAMP).read_text())["distill"] == TINY.options()
     with pytest.raises(FileExistsError, match="other options"):
         build_tiny_pair(again.root, TinyPairConfig())
+
+
+def test_a_distillation_cut_short_resumes_to_the_bits_of_one_that_ran_through(tiny_pair, tmp_path, monkeypatch):
+    from utils.tiny import distill
+    from utils.tiny.config import Checkpoints
+
+    config = DistillConfig(pages=2, steps=4)
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    for folder in (whole, resumed):
+        shutil.copytree(tiny_pair.draft, folder)
+    distill_draft(tiny_pair.target, whole, config)
+    checkpoints = Checkpoints(tmp_path / "checkpoints", options={}, every=2)
+    loss, calls = distill.dspark_loss, []
+
+    def cut_at_the_fourth_step(*args, **options):
+        calls.append(args)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return loss(*args, **options)
+
+    monkeypatch.setattr(distill, "dspark_loss", cut_at_the_fourth_step)
+    with pytest.raises(KeyboardInterrupt):
+        distill_draft(tiny_pair.target, resumed, config, checkpoints=checkpoints)
+    monkeypatch.undo()
+    distill_draft(tiny_pair.target, resumed, config, checkpoints=checkpoints)
+    assert sha256_file(resumed / DRAFT_WEIGHTS) == sha256_file(whole / DRAFT_WEIGHTS)
+    with pytest.raises(ValueError, match=r"distill\.steps: saved 4, now 5"):
+        distill_draft(tiny_pair.target, resumed, DistillConfig(pages=2, steps=5), checkpoints=checkpoints)
 
 
 @pytest.mark.parametrize("options, message", [

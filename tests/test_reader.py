@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import types
 
 import numpy as np
 import pytest
@@ -12,11 +14,14 @@ from utils.evaluation.character_error_rate import character_error_rate, edit_dis
 from utils.pages.samples import SAMPLE_PROMPTS, sample_rows
 from utils.pages.reading_pages import (PAGE_KINDS, TRAINING_KINDS, UNPREDICTABLE_KINDS, ReadingPage, line_split,
                                        reading_pages)
-from utils.pages.typewriter import CELL, GLYPHS, PAGE_ROWS, PAGE_WIDTH, render_typewriter_page
-from utils.tiny import BUILD_STAMP, DistillConfig, ReaderConfig
+from utils.pages.typewriter import (CELL, GLYPHS, PAGE_ROWS, PAGE_WIDTH, fit_page, grid_text, render_typewriter_page,
+                                    text_cells)
+from utils.tiny import BUILD_STAMP, DistillConfig, ReaderConfig, TinyPairConfig, build_tiny_pair
 from utils.tiny.__main__ import main as tiny_cli
 from utils.tiny.config import READING_PAIR
-from utils.tiny.reader import add_precision_noise, read_pages, reading_losses, score_readings
+from utils.tiny.distill_data import prompt_inputs
+from utils.tiny.reader import add_precision_noise, answer_cells, read_pages, reading_losses, score_readings
+from utils.tiny.tokenizer import BYTE_VOCABULARY
 from utils.tiny.training import quiet_single_thread, train_steps
 
 
@@ -143,20 +148,102 @@ def test_precision_noise_perturbs_training_only_and_comes_off():
     assert add_precision_noise(model, 0.0) == []
 
 
-def test_the_losses_need_one_token_per_character(reading_pair):
+def _cell_by_cell_losses(model, glyph_head, processor, page, prompt):
+    """The losses as the shipped reader trained with them: answer token k is character k, shown by image token k."""
+    tokenizer = processor.tokenizer
+    inputs = prompt_inputs(processor, page.image, prompt)
+    answer = tokenizer(page.text, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+    assert len(answer) == len(page.text) + 1
+    prompt_length = inputs["input_ids"].shape[1]
+    input_ids = torch.cat((inputs["input_ids"], torch.tensor([answer])), dim=1)
+    output = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), pixel_values=inputs["pixel_values"],
+                   target_sizes=inputs["target_sizes"], output_attentions=True, output_hidden_states=True)
+    labels, writers = torch.tensor(answer), torch.arange(prompt_length - 1, prompt_length - 1 + len(answer))
+    seen = (input_ids[0] == model.config.image_token_id).nonzero()[:, 0][:len(answer)]
+    attentions = [weights[0] for weights in output.attentions if weights is not None]
+    return (torch.nn.functional.cross_entropy(output.logits[0, writers], labels),
+            torch.nn.functional.cross_entropy(glyph_head(output.hidden_states[0][0, seen]), labels),
+            -torch.stack([torch.log(weights[:, writers, seen] + 1e-6).mean() for weights in attentions]).mean())
+
+
+def _reader_and_head(target):
+    """The random reader in `target` (eval: no noise), a glyph head, and its processor."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_pretrained(target, attn_implementation="eager").eval()
+    head = torch.nn.Linear(model.config.text_config.hidden_size, model.config.text_config.vocab_size)
+    return model, head, AutoProcessor.from_pretrained(target)
+
+
+@pytest.fixture(scope="module")
+def reading_model(reading_pair):
+    """A random reader of the reading sizes (one token per character)."""
+    return _reader_and_head(reading_pair.target)
+
+
+@pytest.fixture(scope="module")
+def merging_model(tmp_path_factory):
+    """A random reader of the reading sizes but a byte-level BPE of 768 tokens, with merges."""
+    pair = build_tiny_pair(tmp_path_factory.mktemp("merging") / "pair",
+                           TinyPairConfig(**READING_PAIR | {"tokenizer_vocab_size": 768}))
+    return _reader_and_head(pair.target)
+
+
+def test_with_one_token_per_character_the_losses_are_the_cell_by_cell_readers(reading_model):
+    model, head, processor = reading_model
+    pages = [*reading_pages(2, seed=0, sparse_share=1.0),
+             ReadingPage("word", "the the", render_typewriter_page(["the the"]))]
+    for page in pages:
+        losses = reading_losses(model, head, processor, page, SAMPLE_PROMPTS[0])
+        expected = _cell_by_cell_losses(model, head, processor, page, SAMPLE_PROMPTS[0])
+        assert all(loss.item() > 0 for loss in losses)
+        assert all(torch.equal(loss, value) for loss, value in zip(losses, expected, strict=True)), page.text
+
+
+def test_with_merges_the_losses_are_finite_and_the_glyphs_keep_their_labels(merging_model):
+    """A byte-level BPE with merges (768 tokens) on a page whose text leaves out the rows' trailing spaces and its
+    blank rows: the losses are finite, and the glyph loss is the one the padded text gives, in merged tokens or one
+    token per character: the glyph head names each cell's character, whatever tokens the answer is written in."""
     from utils.tiny.tokenizer import train_tokenizer
 
-    model = AutoModelForImageTextToText.from_pretrained(reading_pair.target, attn_implementation="eager")
-    processor = AutoProcessor.from_pretrained(reading_pair.target)
-    head = torch.nn.Linear(model.config.text_config.hidden_size, model.config.text_config.vocab_size)
-    page = ReadingPage("word", "the the", render_typewriter_page(["the the"]))
-    losses = reading_losses(model, head, processor, page, SAMPLE_PROMPTS[0])
-    assert all(loss.ndim == 0 and loss.item() > 0 for loss in losses)
-    processor.tokenizer = train_tokenizer(400)  # merges "th", "the", ...: no longer one token per character
-    with pytest.raises(ValueError, match="one token per character"):
-        reading_losses(model, head, processor, page, SAMPLE_PROMPTS[0])
+    model, head, processor = merging_model
+    lines = fit_page(["The cat  sat", "  on 12.50", "", "end"])
+    text, image = "The cat  sat\n  on 12.50\n\nend", render_typewriter_page(lines)
+    assert len(processor.tokenizer(text, add_special_tokens=False).input_ids) < len(text)
+    losses = reading_losses(model, head, processor, ReadingPage("word", text, image), SAMPLE_PROMPTS[0])
+    assert all(torch.isfinite(loss) and loss.item() > 0 for loss in losses)
+    padded = ReadingPage("word", "\n".join(lines), image)
+    by_byte = copy.copy(processor)
+    by_byte.tokenizer = train_tokenizer(BYTE_VOCABULARY)  # the same ids for the bytes, no merge
+    for reader in (processor, by_byte):
+        assert torch.equal(reading_losses(model, head, reader, padded, SAMPLE_PROMPTS[0])[1], losses[1])
+
+
+def test_answer_cells_map_each_token_to_the_cells_of_its_characters():
+    from utils.tiny.tokenizer import train_tokenizer
+
+    tokenizer, text = train_tokenizer(768), "The cat  sat\n  on 12.50"
+    answer, spans = answer_cells(tokenizer, text, width=13, rows=2)
+    assert answer[-1] == tokenizer.eos_token_id and len(answer) == len(spans) < len(text)
+    assert spans == [[0, 1, 2], [3, 4], [5, 6], [7], [8, 9], [10, 11], [13], [14], [15, 16, 17], [18, 19, 20], [21],
+                     [22, 23], [27]]  # "The", " c", "at", " ", " s", "at", "\n", " ", " on", " 12", ".", "50", EOS
+    grid = grid_text(text, width=13, rows=2) + "$"  # cell k shows grid[k]; the last cell is where the answer ends
+    assert ["".join(grid[cell] for cell in span) for span in spans[:-1]] == [tokenizer.decode([token])
+                                                                             for token in answer[:-1]]
+    unmerged = train_tokenizer(BYTE_VOCABULARY)
+    assert answer_cells(unmerged, text, width=13, rows=2)[1] == [[cell] for cell in text_cells(text, width=13, rows=2)]
+
+
+def test_answer_cells_refuse_offsets_that_skip_a_character():
+    class Skipping:
+        eos_token_id = 2
+
+        def __call__(self, text, **options):
+            return types.SimpleNamespace(input_ids=[7, 8], offset_mapping=[(0, 1), (2, 3)])
+
+    with pytest.raises(ValueError, match="do not split 'abc' into its characters"):
+        answer_cells(Skipping(), "abc", width=3, rows=1)
 
 
 def _random_rows(seed: int, count: int, length: int = 8) -> list[str]:
@@ -261,6 +348,45 @@ def test_refining_a_saved_first_phase_gives_the_bits_of_a_whole_training(reading
     assert [examples for examples, _ in refined_report.curve] == [examples for examples, _ in whole_report.curve]
     assert refined_report.curve[-1] == pytest.approx(whole_report.curve[-1])
     assert {"look-alikes", "prose"} <= set(refined_report.held_out.cer_by_kind)
+
+
+@pytest.mark.slow
+def test_a_reader_training_cut_short_resumes_to_the_bits_of_one_that_ran_through(reading_pair, tmp_path, monkeypatch):
+    """`--checkpoint-dir`: cut during its refining, a training resumed from its checkpoints (the first phase's last, the
+    refining's first step) trains the reader and measures the curve of a training that ran through."""
+    import shutil
+
+    from utils.tiny import reader
+    from utils.tiny.config import Checkpoints
+
+    config = ReaderConfig(steps=2, refine_steps=2, examples_per_step=1, checkpoints=1, held_out_pages=1,
+                          warmup_steps=1)
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    for folder in (whole, resumed):
+        shutil.copytree(reading_pair.target, folder)
+    whole_report = reader.train_reader(whole, config)
+    checkpoints = Checkpoints(tmp_path / "checkpoints", options={}, every=1)  # the reader stamps its own options
+    losses, calls = reader.reading_losses, []
+
+    def cut_at_the_refinings_second_step(*args):
+        calls.append(args)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return losses(*args)
+
+    monkeypatch.setattr(reader, "reading_losses", cut_at_the_refinings_second_step)
+    with pytest.raises(KeyboardInterrupt):
+        reader.train_reader(resumed, config, checkpoints=checkpoints)
+    monkeypatch.undo()
+    assert sorted(path.name for path in checkpoints.folder.iterdir()) == ["read.checkpoint.pt", "refine.checkpoint.pt"]
+    resumed_report = reader.train_reader(resumed, config, checkpoints=checkpoints)
+    whole_weights, resumed_weights = _safetensors(whole), _safetensors(resumed)
+    assert all(torch.equal(whole_weights[name], resumed_weights[name]) for name in whole_weights)
+    assert resumed_report.curve == whole_report.curve and resumed_report.examples == 4
+    assert resumed_report.first_loss == whole_report.first_loss and resumed_report.last_loss == whole_report.last_loss
+    assert resumed_report.train_seconds > 0
+    with pytest.raises(ValueError, match=r"read\.steps: saved 2, now 3"):
+        reader.train_reader(resumed, ReaderConfig(**config.options() | {"steps": 3}), checkpoints=checkpoints)
 
 
 def _first_phase_copy(tmp_path, change):

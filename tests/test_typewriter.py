@@ -8,8 +8,8 @@ from PIL import Image
 
 from utils.pages.reading_pages import line_split, reading_pages, sample_pages, unpredictable_sample_pages
 from utils.pages.typewriter import (CELL, GLYPH_ATLAS, GLYPH_SIZES, GLYPHS, MAX_PAGE_CELLS, PAGE_CELLS, PAGE_ROWS,
-                                    PAGE_WIDTH, Ink, draw_glyph_atlas, fit_page, joined_reading, page_text,
-                                    render_typewriter_page, typed_lines, typed_pages, typed_pages_lines)
+                                    PAGE_WIDTH, Ink, draw_glyph_atlas, fit_page, grid_text, joined_reading, page_text,
+                                    render_typewriter_page, text_cells, typed_lines, typed_pages, typed_pages_lines)
 from utils.pipeline.preprocessing import ImagePreprocessor
 
 
@@ -23,6 +23,21 @@ def test_the_shipped_atlas_is_the_font_drawn_by_the_suite():
 
 def test_page_text_pads_every_row_to_the_page_width():
     assert page_text(["ab", "abcd", "a"]) == "ab  \nabcd\na   "
+
+
+def test_text_cells_put_each_character_in_its_grid_cell_and_the_end_in_the_last():
+    """Row r, column c is cell r * (width + 1) + c; a line break is its row's blank last column; EOS the last cell."""
+    assert text_cells("ab\n c", width=3, rows=3) == [0, 1, 3, 4, 5, 11]
+    assert grid_text("ab\n c", width=3, rows=3) == "ab \n c \n   "
+    assert text_cells("", width=2, rows=1) == [2]
+    assert text_cells("\n\nx", width=2, rows=3) == [2, 5, 6, 8]
+    padded = page_text(fit_page(["Total 12.50", "", "ok"]))  # the shipped reader's text: character k is cell k
+    assert text_cells(padded) == list(range(PAGE_CELLS)) and grid_text(padded) == padded
+    assert grid_text("Total 12.50\n\nok") == padded
+    with pytest.raises(ValueError, match="the page has 2 rows; the text has 3"):
+        text_cells("a\nb\nc", width=3, rows=2)
+    with pytest.raises(ValueError, match="holds 3 characters; 'abcd' has 4"):
+        text_cells("abcd", width=3, rows=2)
 
 
 def test_fit_page_gives_the_one_shape_or_names_what_does_not_fit():

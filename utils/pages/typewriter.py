@@ -10,7 +10,8 @@ A page is `rows` x (`width` + 1) cells; every sample and generated page has the 
 last column stays blank: it is where a reader writes the line break, or, on the last row, ends its answer.
 So the text of a page, as the tiny reader writes it (`page_text`), is the grid read row by row, every row
 `width` characters long (trailing spaces included), the rows joined by newlines: character k of that text is
-image token k, and the end of the answer is the page's last image token.
+image token k, and the end of the answer is the page's last image token. A text written without the rows' trailing
+spaces, or without trailing blank rows, finds each character's cell by `text_cells`.
 
 Text someone types is wrapped into such rows (`typed_lines`, one page); a text longer than a page is split
 between rows into several pages of the one shape (`typed_pages_lines`), read one at a time, and the readings are
@@ -30,8 +31,8 @@ import numpy as np
 from PIL import Image
 
 __all__ = ["CELL", "PAGE_ROWS", "PAGE_WIDTH", "PAGE_CELLS", "MAX_PAGE_CELLS", "GLYPH_ATLAS", "GLYPH_SIZES",
-           "PAGE_GLYPH_SIZE", "GLYPHS", "Ink", "page_text", "fit_page", "typed_lines", "typed_page",
-           "typed_pages_lines", "typed_pages", "save_typed_pages", "joined_reading", "render_typewriter_page",
+           "PAGE_GLYPH_SIZE", "GLYPHS", "Ink", "page_text", "grid_text", "text_cells", "fit_page", "typed_lines",
+           "typed_page", "typed_pages_lines", "typed_pages", "save_typed_pages", "joined_reading", "render_typewriter_page",
            "draw_glyph_atlas"]
 
 CELL = 28  # pixels per cell side: one "4x" image token of 14-pixel patches
@@ -79,6 +80,40 @@ def page_text(lines: list[str]) -> str:
     """The text of a page as the reader writes it: every row padded to the widest line, rows joined by newlines."""
     width = max(map(len, lines))
     return "\n".join(line.ljust(width) for line in lines)
+
+
+def grid_text(text: str, *, width: int = PAGE_WIDTH, rows: int = PAGE_ROWS) -> str:
+    """`text` as its page's grid reads: every row padded to `width`, missing rows added blank, rows joined by
+    newlines, so character k is cell k of a page of `rows` x (`width` + 1) cells (the last one, where a reader ends,
+    excepted). A ValueError names what does not fit."""
+    lines = text.split("\n")
+    if len(lines) > rows:
+        raise ValueError(f"the page has {rows} rows; the text has {len(lines)}")
+    too_wide = [line for line in lines if len(line) > width]
+    if too_wide:
+        raise ValueError(f"a row of the page holds {width} characters; {too_wide[0]!r} has {len(too_wide[0])}")
+    return "\n".join(line.ljust(width) for line in lines + [""] * (rows - len(lines)))
+
+
+def text_cells(text: str, *, width: int = PAGE_WIDTH, rows: int = PAGE_ROWS) -> list[int]:
+    """The cell of every character of `text` on a page of `rows` x (`width` + 1) cells, then the page's last cell:
+    character (row r, column c) is cell r * (width + 1) + c, a line break its row's blank last column, and the end
+    of the answer (EOS) the last cell. So a reader that writes rows without their trailing spaces, or stops before
+    blank rows, still knows which cells each character it writes shows. A ValueError names what does not fit.
+
+    Returns:
+        len(text) + 1 cell indices, increasing.
+    """
+    grid_text(text, width=width, rows=rows)  # checks the fit
+    cells, row, column = [], 0, 0
+    for char in text:
+        if char == "\n":
+            cells.append(row * (width + 1) + width)
+            row, column = row + 1, 0
+        else:
+            cells.append(row * (width + 1) + column)
+            column += 1
+    return cells + [rows * (width + 1) - 1]
 
 
 def fit_page(lines: list[str]) -> list[str]:

@@ -14,7 +14,7 @@ import sys
 
 from utils.cli import command_parser, float_between, int_at_least
 from utils.files import folder_size
-from utils.tiny.config import READING_DISTILL, READING_PAIR
+from utils.tiny.config import READING_DISTILL, READING_PAIR, Checkpoints
 from utils.tiny.manifest import HELD_OUT_WALKS, MANIFEST, write_manifest
 from utils.tiny.pair import DistillConfig, PretrainConfig, ReaderConfig, TinyPairConfig, build_tiny_pair
 from utils.tiny.reading_report import reading_report_summary
@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--manifest", action="store_true",
                         help="measure the pair on held-out pages (PyTorch reference, and for a reader OpenVINO at "
                              "the CLI's defaults) and write manifest.json (hashes and figures)")
+    parser.add_argument("--checkpoint-dir", metavar="DIR",
+                        help="the reader's and the draft's trainings save a checkpoint there every "
+                             f"{Checkpoints.every} steps, and resume from one of the same options: run the same "
+                             "command again to go on with a build that was cut short")
     parser.add_argument("--overwrite", action="store_true", help="rebuild even if the --out folder holds a pair")
     args = parser.parse_args(argv)
     try:
@@ -89,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                             if getattr(args, f"distill_{name}") is not None}
         distill = DistillConfig(**distill_options) if args.distill else None
         pair = build_tiny_pair(args.out, config, pretrain=pretrain, read=read, distill=distill,
-                               reader_from=args.reader_from, overwrite=args.overwrite)
+                               reader_from=args.reader_from, checkpoint_dir=args.checkpoint_dir,
+                               overwrite=args.overwrite)
     except (ValueError, FileExistsError, FileNotFoundError) as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2

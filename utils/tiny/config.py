@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from utils.checkpoint.config import check_layer_ids
 from utils.pages.samples import SAMPLE_PROMPTS
@@ -17,7 +18,7 @@ from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 from utils.tiny.tokenizer import BYTE_VOCABULARY
 
 __all__ = ["BUILD_STAMP", "READING_PAIR", "READING_DISTILL", "TinyPairConfig", "PretrainConfig", "ReaderConfig",
-           "DistillConfig", "BUILDER_VERSION"]
+           "DistillConfig", "Checkpoints", "BUILDER_VERSION"]
 
 BUILD_STAMP = "tiny-pair.json"  # written into every pair folder: the options it was built with
 BUILDER_VERSION = 5  # bump when the builder's output changes, so pairs built by older code are rebuilt
@@ -49,7 +50,7 @@ class TinyPairConfig:
 
     seed: int = 0
     tokenizer_vocab_size: int = 1000  # trained BPE size, special tokens included (the draft's input vocabulary);
-    # BYTE_VOCABULARY learns no merge: one token per character, which a reader needs (READING_PAIR)
+    # BYTE_VOCABULARY learns no merge: one token per character, as the shipped reader has (READING_PAIR)
     vocab_size: int | None = None  # target embedding rows; default: tokenizer size rounded up to 64
     draft_vocab_size: int = 448
     block_size: int = 8
@@ -134,6 +135,33 @@ READING_PAIR = {"tokenizer_vocab_size": BYTE_VOCABULARY, "draft_vocab_size": 96,
 READING_DISTILL = {"page_style": "typewriter", "prompts": (DEFAULT_PROMPT,), "max_new_tokens": PAGE_CELLS,
                    "pages": 64, "steps": 1500, "anchors_per_sequence": 32, "alignment_weight": 1.0,
                    "calibration_pages": 64, "unmoved_share": 0.5}
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """Where and how often `train_steps` saves what it needs to resume, and the options that training was run with.
+
+    A training of 3 hours outlives a working session: it saves every `every` steps (and after its last), and a run
+    with the same `options` resumes where the last checkpoint left off; a checkpoint of other options is refused.
+    """
+
+    folder: Path
+    options: dict  # JSON-ready: everything that decides the weights (a resumed run must have been started so)
+    every: int = 100  # steps between checkpoints: about 90 s of the reader's training
+
+    def __post_init__(self):
+        object.__setattr__(self, "folder", Path(self.folder))
+        if self.every < 1:
+            raise ValueError(f"Checkpoints: every={self.every} must be >= 1")
+
+    def stamped(self, key: str, options: dict) -> Checkpoints:
+        """These checkpoints with `options` under `key` in their options: a training stamps its own, so that no
+        caller can resume it with another recipe."""
+        return dataclasses.replace(self, options=self.options | {key: options})
+
+    def path(self, name: str) -> Path:
+        """The checkpoint file of the training called `name` (one file per phase)."""
+        return self.folder / f"{name}.checkpoint.pt"
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from utils.files import sha256_file
 from utils.reference.modeling import DSparkDraftModel, load_reference_draft
 from utils.tiny.anchor_batch import anchor_batch, draft_index_of
 from utils.tiny.anchor_forward import forward_anchor_blocks
-from utils.tiny.config import DistillConfig
+from utils.tiny.config import Checkpoints, DistillConfig
 from utils.tiny.confidence import CalibrationReport, calibrate_confidence_head
 from utils.tiny.distill_data import DistillSequence, collect_sequences, training_pages
 from utils.tiny.training import quiet_single_thread, train_steps
@@ -154,17 +154,21 @@ def _shuffled_batches(count: int, *, size: int, seed: int) -> Iterator[list[int]
 
 
 def _train(model: DSparkDraftModel, embed_tokens: torch.nn.Module, sequences: list[DistillSequence],
-           config: DistillConfig) -> tuple[float, float]:
-    """`config.steps` steps of `sequences_per_step` sequences each, drawn in a seeded random order (epochs)."""
+           config: DistillConfig, checkpoints: Checkpoints | None) -> tuple[float, float]:
+    """`config.steps` steps of `sequences_per_step` sequences each, drawn in a seeded random order (epochs); with
+    `checkpoints`, saved as `distill` and resumed, the batches already drawn drawn again and dropped."""
     draft_config = model.config
     draft_index = draft_index_of(model)
     chosen_batches = _shuffled_batches(len(sequences), size=config.sequences_per_step, seed=config.seed)
     anchor_generator = torch.Generator().manual_seed(config.seed)
 
+    def next_batch():
+        return anchor_batch([sequences[i] for i in next(chosen_batches)], block_size=draft_config.block_size,
+                            mask_token_id=draft_config.mask_token_id,
+                            anchors_per_sequence=config.anchors_per_sequence, generator=anchor_generator)
+
     def step_loss(step: int) -> tuple[torch.Tensor, dict]:
-        batch = anchor_batch([sequences[i] for i in next(chosen_batches)], block_size=draft_config.block_size,
-                             mask_token_id=draft_config.mask_token_id,
-                             anchors_per_sequence=config.anchors_per_sequence, generator=anchor_generator)
+        batch = next_batch()
         with torch.no_grad():
             block_embeds = embed_tokens(batch.block_ids)
         hidden, context_weights = forward_anchor_blocks(model, block_embeds, batch.target_hidden,
@@ -181,7 +185,8 @@ def _train(model: DSparkDraftModel, embed_tokens: torch.nn.Module, sequences: li
 
     model.train()
     losses = train_steps(model.parameters(), step_loss, steps=config.steps, learning_rate=config.learning_rate,
-                         desc="distilling the tiny draft")
+                         desc="distilling the tiny draft", checkpoints=checkpoints, name="distill",
+                         skip=lambda done: [next_batch() for _ in range(done)])
     model.eval()
     return losses[0], losses[-1]
 
@@ -207,8 +212,8 @@ def _write_draft(model: DSparkDraftModel, draft_dir: Path) -> None:
     audit_path.write_text(json.dumps(audit, indent=2) + "\n")
 
 
-def distill_draft(target_dir: Path | str, draft_dir: Path | str, config: DistillConfig | None = None
-                  ) -> DistillReport:
+def distill_draft(target_dir: Path | str, draft_dir: Path | str, config: DistillConfig | None = None, *,
+                  checkpoints: Checkpoints | None = None) -> DistillReport:
     """Re-chooses the draft vocabulary and trains the draft in `draft_dir` on the target's greedy answers.
 
     Runs single-threaded so that the same seed gives the same weights on one machine (not across CPUs).
@@ -218,6 +223,7 @@ def distill_draft(target_dir: Path | str, draft_dir: Path | str, config: Distill
         draft_dir: the tiny draft folder (published layout); `model.safetensors`, `local-to-target.json`
             and `export-audit.json` are rewritten, `config.json` is kept.
         config: data and training options; defaults to `DistillConfig()`.
+        checkpoints: save the training's progress there and resume from it (the target's answers are read again).
 
     Returns:
         A `DistillReport`.
@@ -225,6 +231,7 @@ def distill_draft(target_dir: Path | str, draft_dir: Path | str, config: Distill
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     config = config or DistillConfig()
+    checkpoints = checkpoints and checkpoints.stamped("distill", config.options())
     target_dir, draft_dir = Path(target_dir), Path(draft_dir)
     with quiet_single_thread():
         torch.manual_seed(config.seed)
@@ -238,7 +245,7 @@ def distill_draft(target_dir: Path | str, draft_dir: Path | str, config: Distill
         built_coverage = _coverage(model, answers)
         model.target_ids = torch.from_numpy(frequent_vocabulary(
             model.target_ids.numpy(), Counter(answers.tolist()), eos_token_id=target.generation_config.eos_token_id))
-        first_loss, last_loss = _train(model, target.get_input_embeddings(), sequences, config)
+        first_loss, last_loss = _train(model, target.get_input_embeddings(), sequences, config, checkpoints)
         calibration = None
         if config.calibration_pages:
             fresh = _answers(target, processor, model, config, pages=config.calibration_pages, seed=config.seed + 1)

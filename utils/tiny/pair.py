@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from utils.files import atomic_directory
-from utils.tiny.config import (BUILD_STAMP, READING_DISTILL, READING_PAIR, DistillConfig, PretrainConfig, ReaderConfig,
-                               TinyPairConfig)
+from utils.tiny.config import (BUILD_STAMP, READING_DISTILL, READING_PAIR, Checkpoints, DistillConfig, PretrainConfig,
+                               ReaderConfig, TinyPairConfig)
 
 if TYPE_CHECKING:  # the reader imports torch; the builder imports it only when it trains
     from utils.tiny.reader import FirstPhase, ReaderReport
@@ -94,7 +94,8 @@ def first_phase_reader(pair: Path | str, config: TinyPairConfig, read: ReaderCon
 
 def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pretrain: PretrainConfig | None = None,
                     read: ReaderConfig | None = None, distill: DistillConfig | None = None,
-                    reader_from: Path | str | None = None, overwrite: bool = False) -> TinyPair:
+                    reader_from: Path | str | None = None, checkpoint_dir: Path | str | None = None,
+                    overwrite: bool = False) -> TinyPair:
     """Builds the tiny MiniCPM-OCR target and its tiny DSpark draft into `out/target` and `out/draft`, offline.
 
     Deterministic for a config (same seed, same files, same hashes). An existing pair built with the same
@@ -112,6 +113,8 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
             training; None keeps it random.
         reader_from: a shipped-style pair whose reader is the first phase of `read` (`first_phase_reader`): only
             the refining runs, and gives the bits a whole training gives on the machine that trained that reader.
+        checkpoint_dir: the reader's and the draft's trainings save checkpoints there (`utils.tiny.training`) and
+            resume from those of a build with the same options: a build cut short goes on where it stopped.
         overwrite: rebuild even if `out` holds a pair.
     """
     from utils.tiny.draft import build_tiny_draft
@@ -151,16 +154,23 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
         if read is not None:
             from utils.tiny.reader import mark_typewriter_reader, train_reader
 
-            reading = train_reader(staging / "target", read, first_phase=first_phase)
+            reading = train_reader(staging / "target", read, first_phase=first_phase,
+                                   checkpoints=_checkpoints(checkpoint_dir, build_stamp(config, read=read)))
             mark_typewriter_reader(staging / "target")
         build_tiny_draft(config, tokenizer, staging / "draft")
         if distill is not None:
             from utils.tiny.distill import distill_draft
 
-            distill_draft(staging / "target", staging / "draft", distill)
+            distill_draft(staging / "target", staging / "draft", distill,
+                          checkpoints=_checkpoints(checkpoint_dir, expected))
         (staging / BUILD_STAMP).write_text(json.dumps(expected, indent=2) + "\n")
     return TinyPair(out, config, seconds=time.perf_counter() - start, pretrain=pretrain, distill=distill, read=read,
                     reading=reading)
+
+
+def _checkpoints(folder: Path | str | None, options: dict) -> Checkpoints | None:
+    """Checkpoints in `folder` of a training decided by `options` (None: no checkpoints)."""
+    return None if folder is None else Checkpoints(Path(folder), options=options)
 
 
 def default_pair(root: Path | str = SHIPPED_PAIR_DIR) -> TinyPair:

@@ -6,7 +6,8 @@ about 40 minutes when four things hold (`docs/tiny-pair.md` has the learning cur
 1. **Glyphs it can resolve.** Typewriter pages (`utils.pages.typewriter`) put one character in each
    28-pixel cell, which is one image token, and the processor passes such a page at its own size. Image token k
    of a page is character k of its text (rows padded to the page width, a line break in the blank last column,
-   EOS in the last row's). The target's tokenizer must give one token per character (`READING_PAIR`).
+   EOS in the last row's). The shipped tokenizer gives one token per character (`READING_PAIR`); with merges, a
+   token writes the cells of its characters (`answer_cells`).
 2. **Pages of one shape** (`PAGE_ROWS` x `PAGE_WIDTH`): the offset from the position writing character k to
    image token k is then the same on every page, for the target and for the draft that later reads ahead of it.
 3. **Dense supervision of the image tokens.** A linear head, used only in training, names the character of every
@@ -14,8 +15,9 @@ about 40 minutes when four things hold (`docs/tiny-pair.md` has the learning cur
    learns only through the answer, which is slow.
 4. **An alignment signal in training only.** The language model's full-attention layers are told where to look:
    the position that writes character k attends to image token k (`alignment_weight`, the negative log of that
-   attention weight, in every head). Nothing of this reaches inference: positions stay the engine's
-   ordinary sequential ones, and the head and the loss are dropped when training ends.
+   attention weight, in every head; for a token of several characters, of its summed weight on their cells).
+   Nothing of this reaches inference: positions stay the engine's ordinary sequential ones, and the head and the
+   loss are dropped when training ends.
 
 Every step trains on `examples_per_step` generated pages (`utils.pages.reading_pages`), inked at random
 (glyph size, grey levels, glyphs moved by up to 2 pixels), with every linear layer's input perturbed by
@@ -40,15 +42,16 @@ import torch
 from utils.evaluation.character_error_rate import character_error_rate
 from utils.pages.reading_pages import HARD_KINDS, ReadingPage, iter_reading_pages, reading_pages
 from utils.contract.target import TARGET_CONFIG, TYPEWRITER_PAGE
-from utils.pages.typewriter import CELL, PAGE_ROWS, PAGE_WIDTH, Ink
-from utils.tiny.config import ReaderConfig
+from utils.pages.typewriter import CELL, PAGE_ROWS, PAGE_WIDTH, Ink, grid_text, text_cells
+from utils.tiny.config import Checkpoints, ReaderConfig
 from utils.tiny.distill_data import prompt_inputs
 from utils.tiny.pretrain import zero_padding_rows
 from utils.tiny.target import quiet_progress_bars
 from utils.tiny.training import quiet_single_thread, train_steps
 
 __all__ = ["ReadingScore", "ReaderReport", "FirstPhase", "READING_SLACK", "read_pages", "score_readings",
-           "reading_losses", "add_precision_noise", "train_reader", "mark_typewriter_reader", "reading_summary"]
+           "answer_cells", "reading_losses", "add_precision_noise", "train_reader", "mark_typewriter_reader",
+           "reading_summary"]
 
 READING_SLACK = 8  # a reading may run this many tokens past the page's text before it is cut
 
@@ -103,6 +106,40 @@ def score_readings(pages: Sequence[ReadingPage], readings: Sequence[str]) -> Rea
     return ReadingScore(character_error_rate((read, page.text) for page, read in pairs), by_kind, tuple(readings))
 
 
+def answer_cells(tokenizer, text: str, *, width: int, rows: int) -> tuple[list[int], list[list[int]]]:
+    """The answer's tokens (the text's, then EOS) and the page cells each one writes: the cells of its characters
+    (`text_cells`, by the tokenizer's offsets), the page's last cell for EOS. A token of a merge spans several.
+
+    Args:
+        tokenizer: a fast tokenizer (offsets mapping).
+        text: the page's text as the reader writes it.
+        width, rows: the page's grid: `rows` rows of `width` characters, then the blank last column.
+
+    Returns:
+        (token ids, cells of each token), as long as each other.
+    """
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    cells = text_cells(text, width=width, rows=rows)
+    spans = [cells[start:end] for start, end in encoded.offset_mapping]
+    if [cell for span in spans for cell in span] != cells[:-1]:
+        raise ValueError(f"the tokenizer's offsets do not split {text!r} into its characters, each once: "
+                         f"{encoded.offset_mapping}")
+    return [*encoded.input_ids, tokenizer.eos_token_id], [*spans, cells[-1:]]
+
+
+def _glyph_labels(tokenizer, text: str, *, width: int, rows: int) -> list[int]:
+    """What the glyph head names at every cell of the page: the byte-level token of its character in the page's grid
+    (`grid_text`: blank cells are spaces, each row's last column a line break), EOS at the last cell, whatever
+    tokens the answer is written in."""
+    grid = grid_text(text, width=width, rows=rows)
+    chars = sorted(set(grid))
+    tokens = tokenizer(chars, add_special_tokens=False).input_ids
+    if any(len(token) != 1 for token in tokens):
+        raise ValueError(f"the tokenizer has no single token for every character of {''.join(chars)!r}")
+    byte_token = {char: token[0] for char, token in zip(chars, tokens)}
+    return [*(byte_token[char] for char in grid), tokenizer.eos_token_id]
+
+
 def reading_losses(model, glyph_head: torch.nn.Linear, processor, page: ReadingPage, prompt: str
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The three losses of one page: the answer's cross-entropy, the glyph head's and the attention alignment's.
@@ -110,35 +147,41 @@ def reading_losses(model, glyph_head: torch.nn.Linear, processor, page: ReadingP
     Args:
         model: the target (eager attention, so that the attention weights come back).
         glyph_head: Linear(text hidden size -> vocabulary): names the character of an image token.
-        processor: the target's processor; its tokenizer must give one token per character.
-        page: a typewriter page; character k of `page.text` (then EOS) is image token k.
+        processor: the target's processor (a fast tokenizer, with or without merges).
+        page: a typewriter page at the processor's own scale: image token k is cell k of its grid; its text may
+            leave out trailing spaces and blank rows (`text_cells`).
         prompt: the user prompt.
 
     Returns:
-        (answer loss, glyph loss, alignment loss), each a mean over the answer's tokens.
+        (answer loss, glyph loss, alignment loss): the answer's cross-entropy, a mean over its tokens; the glyph
+        head's, a mean over the page's cells, each named by its character's byte-level token (`_glyph_labels`); and
+        the negative log of the attention the position writing each answer token pays to the cells of its
+        characters (`answer_cells`), a mean over tokens, heads and full-attention layers. With one token per
+        character every token has one cell, and a padded page's text names every cell as its answer does.
     """
     tokenizer = processor.tokenizer
     inputs = prompt_inputs(processor, page.image, prompt)
-    answer = tokenizer(page.text, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
-    if len(answer) != len(page.text) + 1:
-        raise ValueError(f"the reader needs one token per character; the tokenizer gives {len(answer) - 1} tokens "
-                         f"for {len(page.text)} characters (train it without merges: TinyPairConfig)")
+    columns, rows = page.image.width // CELL, page.image.height // CELL
+    answer, spans = answer_cells(tokenizer, page.text, width=columns - 1, rows=rows)
     prompt_length = inputs["input_ids"].shape[1]
     input_ids = torch.cat((inputs["input_ids"], torch.tensor([answer])), dim=1)
+    image_positions = (input_ids[0] == model.config.image_token_id).nonzero()[:, 0]
+    if len(image_positions) != rows * columns or page.image.size != (columns * CELL, rows * CELL):
+        raise ValueError(f"page {page.name!r} has {len(image_positions)} image tokens for a page of {rows} x "
+                         f"{columns} cells of {CELL} pixels: not a typewriter page at the processor's own scale")
     output = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
                    pixel_values=inputs["pixel_values"], target_sizes=inputs["target_sizes"],
                    output_attentions=True, output_hidden_states=True)
-    labels = torch.tensor(answer)
     writers = torch.arange(prompt_length - 1, prompt_length - 1 + len(answer))  # position k writes answer token k
-    answer_loss = torch.nn.functional.cross_entropy(output.logits[0, writers], labels)
-    image_positions = (input_ids[0] == model.config.image_token_id).nonzero()[:, 0]
-    if len(image_positions) < len(answer):
-        raise ValueError(f"page {page.name!r} has {len(image_positions)} image tokens for {len(answer)} answer "
-                         f"tokens: not a typewriter page at the processor's own scale")
-    seen = image_positions[:len(answer)]  # image token k shows answer token k
-    glyph_loss = torch.nn.functional.cross_entropy(glyph_head(output.hidden_states[0][0, seen]), labels)
+    answer_loss = torch.nn.functional.cross_entropy(output.logits[0, writers], torch.tensor(answer))
+    glyphs = torch.tensor(_glyph_labels(tokenizer, page.text, width=columns - 1, rows=rows))
+    glyph_loss = torch.nn.functional.cross_entropy(glyph_head(output.hidden_states[0][0, image_positions]), glyphs)
+    shown = torch.zeros(len(answer), len(image_positions))  # [answer tokens, cells]: 1 where the token writes the cell
+    for token, cells in enumerate(spans):
+        shown[token, cells] = 1.0
     attentions = [weights[0] for weights in output.attentions if weights is not None]  # [heads, S, S] per layer
-    alignment_loss = -torch.stack([torch.log(weights[:, writers, seen] + 1e-6).mean() for weights in attentions]).mean()
+    attended = [(weights[:, writers][:, :, image_positions] * shown).sum(-1) for weights in attentions]
+    alignment_loss = -torch.stack([torch.log(weights + 1e-6).mean() for weights in attended]).mean()
     return answer_loss, glyph_loss, alignment_loss
 
 
@@ -164,13 +207,13 @@ class FirstPhase:
     report: dict  # what that training measured (`ReaderReport.as_dict`, from its pair's manifest)
 
 
-def _checkpoint_steps(steps: int, checkpoints: int) -> set[int]:
+def _measured_steps(steps: int, points: int) -> set[int]:
     """The steps before which the curve is measured: evenly spaced, the first before any training."""
-    return {steps * index // checkpoints for index in range(checkpoints)}
+    return {steps * index // points for index in range(points)}
 
 
 def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
-                 first_phase: FirstPhase | None = None) -> ReaderReport:
+                 first_phase: FirstPhase | None = None, checkpoints: Checkpoints | None = None) -> ReaderReport:
     """Trains every weight of the target in `target_dir` to read typewriter pages, and saves it in place.
 
     Two phases, each with its own optimiser and page stream: `config.steps` on `config.kinds`, then
@@ -185,6 +228,8 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
         config: data, training and measuring options; defaults to `ReaderConfig()`.
         first_phase: start from a reader trained with this config's first phase instead of training it again; its
             learning curve and time open the report's.
+        checkpoints: save each phase's progress there (`read`, `refine`) and resume from it: the same reader, its
+            curve and its training time as a training that ran through.
 
     Returns:
         A `ReaderReport`; its held-out score is measured on `config.held_out_pages` pages of `PAGE_KINDS` after
@@ -193,6 +238,7 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     config = config or ReaderConfig()
+    checkpoints = checkpoints and checkpoints.stamped("read", config.options())
     target_dir = Path(target_dir)
     held_out = reading_pages(config.held_out_pages, seed=config.seed, split="held-out")
     phases = [] if first_phase else [(config.steps, config.kinds, config.learning_rate, config.checkpoints)]
@@ -204,14 +250,11 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
                                                             attn_implementation="eager")
         noise = add_precision_noise(model, config.precision_noise)
         processor = AutoProcessor.from_pretrained(target_dir)
-        measuring = [0.0]
 
         def held_out_score(pages: Sequence[ReadingPage] = held_out) -> ReadingScore:
-            start = time.perf_counter()
             model.eval()
             score = score_readings(pages, read_pages(model, processor, pages, prompt=config.prompts[0]))
             model.train()
-            measuring[0] += time.perf_counter() - start
             return score
 
         examples = first_phase.report["examples"] if first_phase else 0
@@ -219,19 +262,19 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
         # the first phase's last point is the refining's first, measured again below
         curve = [tuple(point) for point in first_phase.report["curve"][:-1]] if first_phase else []
         losses = [first_phase.report["first_loss"]] if first_phase else []
-        for index, (steps, kinds, learning_rate, checkpoints) in enumerate(phases):
+        for index, (steps, kinds, learning_rate, points) in enumerate(phases):
             refining = index > 0 or first_phase is not None
             seed = config.seed + (_REFINE_SEED if refining else 0)
             if refining:
                 torch.manual_seed(seed)
-            start, measured = time.perf_counter(), measuring[0]
-            losses += _train_phase(model, processor, config, kinds=kinds, steps=steps, learning_rate=learning_rate,
-                                   seed=seed, refining=refining,
-                                   checkpoints=_checkpoint_steps(steps, checkpoints), curve=curve, examples=examples,
-                                   held_out_score=held_out_score)
+            phase_losses, seconds = _train_phase(
+                model, processor, config, kinds=kinds, steps=steps, learning_rate=learning_rate, seed=seed,
+                refining=refining, measured_at=_measured_steps(steps, points), curve=curve, examples=examples,
+                held_out_score=held_out_score, checkpoints=checkpoints)
+            losses += phase_losses
             zero_padding_rows(model, tokenizer_size=len(processor.tokenizer))  # as a saved first phase has them
             examples += steps * config.examples_per_step
-            train_seconds += time.perf_counter() - start - (measuring[0] - measured)
+            train_seconds += seconds
         for handle in noise:
             handle.remove()
         score = held_out_score()
@@ -250,11 +293,13 @@ _REFINE_SEED = 100  # added to the seed for the refining's pages, prompts and gl
 
 
 def _train_phase(model, processor, config: ReaderConfig, *, kinds: tuple[str, ...], steps: int, learning_rate: float,
-                 seed: int, refining: bool, checkpoints: set[int], curve: list, examples: int, held_out_score
-                 ) -> list[float]:
+                 seed: int, refining: bool, measured_at: set[int], curve: list, examples: int, held_out_score,
+                 checkpoints: Checkpoints | None) -> tuple[list[float], float]:
     """One phase of `train_reader`: `steps` steps of `config.examples_per_step` pages of `kinds`, a glyph head of
-    its own, the curve measured before each step of `checkpoints`. Returns every step's loss. A refining phase leaves
-    `config.refine_unmoved_share` of its pages' glyphs unmoved (`Ink.random`); the first phase moves every glyph.
+    its own, the curve measured before each step of `measured_at` and appended to `curve`. Returns every step's loss
+    and the training's seconds, the measuring's excluded. A refining phase leaves `config.refine_unmoved_share` of
+    its pages' glyphs unmoved (`Ink.random`); the first phase moves every glyph. With `checkpoints` it saves its
+    progress as `read` or `refine` and resumes from it, skipping the pages already drawn.
 
     A refining phase's glyph head starts at zero: a random head on a trained reader's features would send
     gradients of a loss of about 15 into them; a zero head sends none until it has learnt something."""
@@ -266,21 +311,30 @@ def _train_phase(model, processor, config: ReaderConfig, *, kinds: tuple[str, ..
     pages = iter_reading_pages(seed=seed, kinds=kinds, ink=partial(Ink.random, unmoved_share=unmoved_share),
                                sparse_share=config.sparse_share)
     prompts = np.random.default_rng(seed).integers(0, len(config.prompts), size=steps * config.examples_per_step)
+    record = {"curve": [], "measuring": 0.0}  # this phase's points and the seconds spent measuring them
 
     def step_loss(step: int):
-        if step in checkpoints:
-            curve.append((examples + step * config.examples_per_step, held_out_score().cer))
+        if step in measured_at:
+            start = time.perf_counter()
+            record["curve"].append((examples + step * config.examples_per_step, held_out_score().cer))
+            record["measuring"] += time.perf_counter() - start
         chosen = range(step * config.examples_per_step, (step + 1) * config.examples_per_step)
         parts = torch.stack([torch.stack(reading_losses(model, glyph_head, processor, page, config.prompts[prompts[i]]))
                              for i, page in zip(chosen, itertools.islice(pages, config.examples_per_step))]).mean(0)
         answer, glyph, alignment = parts
         loss = answer + config.glyph_weight * glyph + config.alignment_weight * alignment
-        return loss, {"answer": answer.item(), "glyph": glyph.item(), "align": alignment.item(), "CER": curve[-1][1]}
+        return loss, {"answer": answer.item(), "glyph": glyph.item(), "align": alignment.item(),
+                      "CER": record["curve"][-1][1]}
 
     model.train()
-    return train_steps([*model.parameters(), *glyph_head.parameters()], step_loss, steps=steps,
-                       learning_rate=learning_rate, warmup_steps=config.warmup_steps,
-                       desc=f"training the tiny target to read ({', '.join(dict.fromkeys(kinds))[:40]}...)")
+    losses = train_steps([*model.parameters(), *glyph_head.parameters()], step_loss, steps=steps,
+                         learning_rate=learning_rate, warmup_steps=config.warmup_steps,
+                         desc=f"training the tiny target to read ({', '.join(dict.fromkeys(kinds))[:40]}...)",
+                         checkpoints=checkpoints, name="refine" if refining else "read",
+                         skip=lambda done: list(itertools.islice(pages, done * config.examples_per_step)),
+                         record=record)
+    curve.extend(tuple(point) for point in record["curve"])
+    return losses, record["seconds"] - record["measuring"]
 
 
 def mark_typewriter_reader(target_dir: Path | str) -> None:
