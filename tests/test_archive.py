@@ -335,8 +335,8 @@ class MadeUpWorkers:
             outcome = self.outcomes.get(task.file, {})
             if outcome == "interrupt":
                 raise KeyboardInterrupt
-            yield task, {"file": task.file, "page": task.page, "sha256": task.sha256, "text": f"the text of {task.file}",
-                         "tokens": 4, "steps": 2, "notice": None} | outcome
+            yield task, {"file": task.file, "page": task.page, "sha256": task.sha256, "path": task.path,
+                         "text": f"the text of {task.file}", "tokens": 4, "steps": 2, "notice": None} | outcome
 
     def close(self):
         self.closed = True
@@ -372,6 +372,29 @@ def test_an_input_reached_twice_or_copied_is_listed_once_under_its_first_name(tm
     told = capsys.readouterr().err.splitlines()
     assert told == [f"6 duplicate inputs skipped, each read once under its first name ({folder}/gear.png repeats "
                     "gear.png, and 5 more)"]
+    assert list_pages([folder, folder]).duplicates_line() == ("2 duplicate inputs skipped, each read once under its "
+                                                              "first name (gear.png given again, and 1 more)")
+
+
+def test_a_file_named_as_one_read_from_another_folder_is_refused_and_a_moved_folder_resumes(tmp_path, settings):
+    """`scans/2023` then `scans/2024` into one results file both name their files `a.png`: the second is refused
+    instead of passing for a new version of the first; the same folder moved keeps its records."""
+    older = list_pages([_pages(tmp_path / "2023", ["a.png"])])
+    _run(older, tmp_path / "r.jsonl", MadeUpWorkers())
+    newer = list_pages([_pages(tmp_path / "2024", ["b.png", "a.png"])])  # another a.png: other bytes
+    with ResultsFile(tmp_path / "r.jsonl", {"max_new_tokens": 8}) as results:
+        with pytest.raises(ValueError, match=rf"holds a.png read from {tmp_path / '2023' / 'a.png'}, and this run's "
+                                             rf"a.png is {tmp_path / '2024' / 'a.png'}, another file: give the folder"):
+            results.check_names(newer.pages)
+        (tmp_path / "2023").rename(tmp_path / "moved")
+        results.check_names(list_pages([tmp_path / "moved"]).pages)
+    from utils.archive import read_inputs
+
+    out = tmp_path / "earlier.jsonl"  # the command's path: refused before any worker starts
+    out.write_text(json.dumps({"file": "a.png", "page": None, "sha256": "0" * 64, "path": "/elsewhere/a.png",
+                               "text": "", "settings": settings.as_record()}) + "\n")
+    with pytest.raises(ValueError, match="holds a.png read from /elsewhere/a.png"):
+        read_inputs([tmp_path / "2024"], out, settings)
 
 
 def test_no_worker_starts_when_no_page_is_left_to_read(tmp_path, capsys):
@@ -542,6 +565,13 @@ def test_more_workers_than_cores_is_a_one_line_warning(tmp_path, made_up_command
     assert "warning" not in _main([*arguments, "--workers", "2"], capsys)[2]
 
 
+def test_ray_with_one_actor_says_how_to_start_more(tmp_path, made_up_command, capsys):
+    arguments = [_pages(tmp_path / "arch", ["a.png"]), "--out", tmp_path / "r.jsonl", "--quiet", "--ray"]
+    code, _, err = _main(arguments, capsys)
+    assert code == 0 and err.splitlines()[0].startswith("reading on one Ray actor: --workers N starts N")
+    assert "one Ray actor" not in _main([*arguments, "--workers", "2"], capsys)[2]
+
+
 def test_a_ray_address_where_no_cluster_listens_is_refused_before_any_worker_starts(settings, monkeypatch):
     from utils.archive import worker_starter
 
@@ -552,14 +582,49 @@ def test_a_ray_address_where_no_cluster_listens_is_refused_before_any_worker_sta
         worker_starter(settings, workers=2, ray="")
 
 
+@pytest.mark.parametrize("answer, accepted", [(None, False), (b"HTTP/1.1 400 Bad Request\r\n\r\n", False),
+                                              (bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]), True)])
+def test_a_ray_address_is_refused_in_seconds_where_something_listens_that_is_not_ray(answer, accepted, monkeypatch):
+    """A port that accepts and says nothing, or answers as HTTP/1, is not a Ray cluster (Ray would retry for
+    minutes); one that answers an HTTP/2 preface with a SETTINGS frame, as Ray's gRPC servers do, passes."""
+    import socket
+    import threading
+
+    from utils.archive import ray_workers
+
+    monkeypatch.setattr(ray_workers, "CONNECT_SECONDS", 0.5)
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def serve():
+        connection, _ = server.accept()
+        with connection:
+            connection.recv(64)
+            if answer:
+                connection.sendall(answer)
+            time.sleep(1.0)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        if accepted:
+            ray_workers.check_ray_address(f"127.0.0.1:{port}")
+        else:
+            with pytest.raises(ValueError, match=rf"^no Ray cluster answers at 127.0.0.1:{port}: something listens "
+                                                 "there, but not Ray"):
+                ray_workers.check_ray_address(f"127.0.0.1:{port}")
+    finally:
+        server.close()
+
+
 def _latest_records() -> list[dict]:
-    """A results file's records as runs leave them: pages read again, a changed file, a failed page, nested names."""
+    """A results file's records as runs leave them: pages read again, a changed file, a failed page, nested names,
+    a reading padded with spaces and blank rows."""
     def record(file, page, sha256, text=None, error=None):
         return {"file": file, "page": page, "sha256": sha256} | ({"error": error} if error else {"text": text})
 
     return [record("letters/bundle.pdf", 1, "p", "Dear Ann,\n"), record("letters/bundle.pdf", 2, "p", error="torn"),
             record("letters/bundle.pdf", 3, "p", "first reading"), record("scans/a.png", None, "old", "old text"),
-            record("letters/bundle.pdf", 3, "p", "yours, Bob"), record("scans/a.png", None, "new", "new text"),
+            record("letters/bundle.pdf", 3, "p", "yours, Bob"), record("scans/a.png", None, "new", "new text  \n  kept indent \n     \n   "),
             record("/abs/b.png", None, "b", "B"), record("../up.png", None, "u", "U"),
             record("gaps.pdf", 1, "g", "one"), record("gaps.pdf", 3, "g", "three"),
             record("locked.pdf", None, "l", error="locked.pdf is encrypted")]
@@ -572,7 +637,7 @@ def test_the_text_export_writes_each_document_from_the_latest_record_of_each_pag
     written = {path.relative_to(tmp_path / "texts").as_posix(): path.read_text(encoding="utf-8")
                for path in (tmp_path / "texts").rglob("*") if path.is_file()}
     assert written == {"letters/bundle.pdf.txt": "Dear Ann,\n\f[page 2 failed: torn]\n\fyours, Bob\n",
-                       "scans/a.png.txt": "new text\n", "abs/b.png.txt": "B\n", "__/up.png.txt": "U\n",
+                       "scans/a.png.txt": "new text\n  kept indent\n", "abs/b.png.txt": "B\n", "__/up.png.txt": "U\n",
                        "gaps.pdf.txt": "one\n\f[page 2: not read]\n\fthree\n",
                        "locked.pdf.txt": "[failed: locked.pdf is encrypted]\n"}
     assert str(exported) == f"6 text files written to {tmp_path / 'texts'} (9 pages, 2 failed)"
@@ -593,4 +658,4 @@ def test_the_command_exports_the_texts_of_a_results_file(tmp_path, capsys):
             results.append(record)
     code, _, err = _main(["--out", tmp_path / "r.jsonl", "--export-text", tmp_path / "texts"], capsys)
     assert code == 0 and err == f"6 text files written to {tmp_path / 'texts'} (9 pages, 2 failed)\n"
-    assert (tmp_path / "texts" / "scans" / "a.png.txt").read_text() == "new text\n"
+    assert (tmp_path / "texts" / "scans" / "a.png.txt").read_text() == "new text\n  kept indent\n"

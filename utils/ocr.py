@@ -17,9 +17,10 @@ line and the run goes on (exit status 1 at the end). A file reached twice, or a 
 once. Run the same command again to resume, after a crash or Ctrl-C (exit status 130): pages with a line are
 skipped, a changed file is read again. --workers N reads on N processes, --ray on Ray actors (this machine, or a
 cluster's ADDRESS / $RAY_ADDRESS); the pipeline is compiled once per worker. --export-text DIR then writes one
-text file per document of RESULTS.jsonl (FILEs and FOLDERs read first, if given). With no --target it
-exports the shipped tiny pair into the suite's model cache once (`models/` at the repository root, or
-$DSPARK_OCR_MODELS) and reuses it afterwards; every argument and the input are checked before that.
+text file per document of RESULTS.jsonl (FILEs and FOLDERs read first, if given). With no --target it reads
+the shipped tiny pair's IR (utils/tiny/default/ov), exporting the pair into the suite's model cache once
+(`models/` at the repository root, or $DSPARK_OCR_MODELS) only when that IR is not of the files beside it;
+every argument and the input are checked before that.
 `--precision f32` makes the output equal target-only decoding token for token; `default` runs the device's
 own precision (bf16 on CPUs that have it, f16 on GPUs), faster, where a near-tie between the target's top
 candidates may flip.
@@ -71,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--pages", metavar="RANGE", type=page_range,
                         help="the PDF's pages to read, N or FIRST-LAST counted from 1 (default: all)")
     parser.add_argument("--target", metavar="DIR", type=existing_dir,
-                        help="target IR folder (default: the shipped tiny pair, exported on first use)")
+                        help="target IR folder (default: the shipped tiny pair's IR)")
     parser.add_argument("--draft", metavar="DIR", type=_draft_folder,
                         help="draft IR folder, or 'none' for target-only decoding "
                              "(default: the tiny draft when --target is not given, else none)")
@@ -109,7 +110,8 @@ def _parser() -> argparse.ArgumentParser:
     archive.add_argument("--workers", metavar="N", type=int_at_least(1), default=1,
                          help="processes reading pages, each with its own pipeline and a share of the cores")
     archive.add_argument("--ray", metavar="ADDRESS", nargs="?", const="",
-                         help="read on --workers Ray actors: local Ray, or the cluster at ADDRESS (or $RAY_ADDRESS)")
+                         help="read on --workers Ray actors (one unless --workers says more): local Ray, or the cluster at "
+                              "ADDRESS (or $RAY_ADDRESS)")
     archive.add_argument("--retry-failed", action="store_true", help="read again the pages whose records are errors")
     archive.add_argument("--export-text", metavar="DIR", type=_text_folder,
                          help="write one text file per document of --out into DIR (created if missing), from the "
@@ -202,6 +204,9 @@ def _read_inputs(args, started: float) -> int:
     if args.ray is not None:
         check_ray_address(args.ray or None)
     on_this_machine = args.ray is None or not (args.ray or os.environ.get("RAY_ADDRESS"))
+    if args.ray is not None and args.workers == 1:
+        print("reading on one Ray actor: --workers N starts N (Ray takes seconds to start; on one machine "
+              "--workers N without --ray reads as fast)", file=sys.stderr)
     if on_this_machine and (warning := oversubscription(args.workers)):
         print(warning, file=sys.stderr)
     target, draft = _model_folders(args)

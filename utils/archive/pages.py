@@ -52,9 +52,10 @@ class Listing:
         if not self.duplicates:
             return ""
         skipped, first = self.duplicates[0]
+        example = f"{skipped} given again" if skipped == first else f"{skipped} repeats {first}"
         more = f", and {len(self.duplicates) - 1} more" if len(self.duplicates) > 1 else ""
         return (f"{plural(len(self.duplicates), 'duplicate input')} skipped, each read once under its first name "
-                f"({skipped} repeats {first}{more})")
+                f"({example}{more})")
 
 
 def _is_hidden(name: str) -> bool:
@@ -119,7 +120,8 @@ def list_pages(inputs: list[Path | str]) -> Listing:
             with PdfPages(path, name=name) as document:
                 count = len(document)
         except ValueError as error:
-            listing.failures.append({"file": name, "page": None, "sha256": digest, "error": str(error)})
+            listing.failures.append({"file": name, "page": None, "sha256": digest, "path": str(path),
+                                     "error": str(error)})
             continue
         listing.pages += [PageTask(name, str(path), number, digest) for number in range(1, count + 1)]
     return listing

@@ -7,8 +7,9 @@ the same paths (a shared file system) and this repository's `utils` package is s
 started by the caller is used as it is: its workers must import `utils` (`start_local_ray` sees to it, or run
 from the repository's root, or set `PYTHONPATH`). The driver stays the single writer. An actor that dies (killed,
 its node lost) has its page handed to the others; only when every actor is gone does `read` raise `WorkersLost`.
-A cluster's address is checked first (`check_ray_address`): where nothing answers within a few seconds the run
-stops with one line naming the address, rather than waiting on Ray's own retries.
+A cluster's address is checked first (`check_ray_address`): where nothing answers within a few seconds as a Ray
+cluster's gRPC server does, the run stops with one line naming the address, rather than waiting on Ray's own
+retries.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ __all__ = ["LOCAL_OBJECT_STORE_BYTES", "CONNECT_SECONDS", "check_ray_address", "
 LOCAL_OBJECT_STORE_BYTES = 128 * 2**20  # records are small: a local Ray needs no share of the RAM for objects
 CONNECT_SECONDS = 5.0  # how long a cluster's address may take to accept a connection
 _UTILS = Path(__file__).resolve().parent.parent
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_HTTP2_SETTINGS_TYPE = 0x4
+_HTTP2_EMPTY_SETTINGS = bytes([0, 0, 0, _HTTP2_SETTINGS_TYPE, 0, 0, 0, 0, 0])  # length 0, type, flags, stream 0
 
 
 def check_ray_address(address: str | None) -> None:
@@ -42,11 +46,34 @@ def check_ray_address(address: str | None) -> None:
     host, _, port = given.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"Ray address {named} is not HOST:PORT (or ray://HOST:PORT, or auto)")
+    advice = "start one there with `ray start --head`, or give --ray no address to start Ray on this machine"
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS) as connection:
+            speaks_grpc = _answers_http2(connection)
     except OSError as error:
-        raise ValueError(f"no Ray cluster answers at {named} ({error.strerror or error}); start one there with "
-                         "`ray start --head`, or give --ray no address to start Ray on this machine") from None
+        raise ValueError(f"no Ray cluster answers at {named} ({error.strerror or error}); {advice}") from None
+    if not speaks_grpc:
+        raise ValueError(f"no Ray cluster answers at {named}: something listens there, but not Ray (it does not "
+                         f"answer as a gRPC server within {CONNECT_SECONDS:g} s); {advice}")
+
+
+def _answers_http2(connection: socket.socket) -> bool:
+    """Whether the server at the other end answers an HTTP/2 client preface with its SETTINGS frame, as the gRPC
+    servers of a Ray cluster (its GCS, or the Ray Client server of a `ray://` address) do. A cluster with TLS
+    (`RAY_USE_TLS`) is not probed. A server that says nothing would have Ray retry for minutes."""
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return True
+    connection.sendall(_HTTP2_PREFACE + _HTTP2_EMPTY_SETTINGS)
+    header = b""
+    try:
+        while len(header) < 9:
+            chunk = connection.recv(9 - len(header))
+            if not chunk:
+                return False
+            header += chunk
+    except TimeoutError:
+        return False
+    return header[3] == _HTTP2_SETTINGS_TYPE
 
 
 def start_local_ray(cpus: int | None = None) -> None:

@@ -101,7 +101,7 @@ class PageReader:
     def read(self, task: PageTask) -> dict:
         """The record of one page: its text and figures, or the one-line error that kept it from being read."""
         settings, started = self.settings, time.perf_counter()
-        record = {"file": task.file, "page": task.page, "sha256": task.sha256}
+        record = {"file": task.file, "page": task.page, "sha256": task.sha256, "path": task.path}
         try:
             self._check_unchanged(task)
             result = self.pipeline.generate(

@@ -1,6 +1,7 @@
 """The results file of an archive: JSON Lines, one record per page, appended and flushed as each page is read.
 
-A record is `{"file", "page", "sha256", ...}` with either the reading (`text`, `tokens`, ...) or an `error`.
+A record is `{"file", "page", "sha256", "path", ...}` with either the reading (`text`, `tokens`, ...) or an `error`;
+`path` is where the file was read (resolved), so that a later run that names another file alike is refused.
 Reading the file back is how a run resumes: a page whose (file, page, content hash) has a record is done. A
 crash can cut the last line short; that line is dropped (the file is truncated to its last whole line) and its
 page is read again. Every record carries the time it was written (`timestamp`, UTC, ISO 8601) and the run's
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -119,6 +121,22 @@ class ResultsFile:
     def done(self, *, retry_failed: bool = False) -> set[tuple]:
         """The keys of the pages that have a record (with `retry_failed`, only those read without an error)."""
         return {record_key(record) for record in self.records if not (retry_failed and "error" in record)}
+
+    def check_names(self, pages: Iterable) -> None:
+        """Raises ValueError when a page is named in records as a file read earlier from another path with other
+        content: records name a file relative to the folder given, so `scans/2023/a.png` and then `scans/2024/a.png`
+        would both be `a.png`, and the second would pass for a new version of the first. (A file at another path
+        with the same content is the same file moved: its records stand.)"""
+        versions: dict[str, dict[str, str]] = {}  # file name -> {sha256: path read from}
+        for record in self.records:
+            if "path" in record:
+                versions.setdefault(record["file"], {})[record["sha256"]] = record["path"]
+        for page in pages:
+            elsewhere = [path for path in versions.get(page.file, {}).values() if path != page.path]
+            if elsewhere and page.sha256 not in versions[page.file]:
+                raise ValueError(f"{self.path} holds {page.file} read from {elsewhere[0]}, and this run's {page.file} is "
+                                 f"{page.path}, another file: give the folder that holds both (records then name "
+                                 "them by their sub-folders), or name another --out file")
 
     def failed(self) -> dict[tuple, dict]:
         """The latest error record of each page whose latest record is an error."""

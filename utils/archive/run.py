@@ -211,5 +211,6 @@ def read_inputs(inputs: list[Path | str], out: Path | str, settings: ReadSetting
     listing = list_pages(inputs)
     start_workers = worker_starter(settings, workers=workers, ray=ray)
     with ResultsFile(out, settings.as_record()) as results:
+        results.check_names(listing.pages)
         return read_archive(listing, results, start_workers, retry_failed=retry_failed, progress=progress,
                             started=started)

@@ -2,8 +2,8 @@
 
 A results file only grows: a page read again (a changed file, `--retry-failed`) has its new line after the old one.
 For each document (the `file` its records name) the export takes the records of its latest version (the SHA-256 of
-its latest record), the latest record of each page, and writes their texts in page order, each ending with a
-newline: a PDF's pages separated by a form feed (as pdftotext does), a page that failed as `[page N failed: ...]`,
+its latest record), the latest record of each page, and writes their texts in page order (rows without the
+spaces and blank rows a reader pads its page with at their ends), each ending with a newline: a PDF's pages separated by a form feed (as pdftotext does), a page that failed as `[page N failed: ...]`,
 and a page with no record between two that have one as `[page N: not read]`. `FOLDER/<file>.txt` keeps the
 document's sub-folders (`scans/a.png` -> `scans/a.png.txt`); each text is written to a temporary file and renamed
 into place, so none is ever half-written.
@@ -53,7 +53,7 @@ def _page_text(record: dict | None, page: int | None) -> str:
         return f"[page {page}: not read]"
     if "error" in record:
         return f"[{where}failed: {record['error']}]"
-    return record["text"]
+    return "\n".join(line.rstrip() for line in record["text"].splitlines()).rstrip("\n")
 
 
 def document_text(pages: dict[int | None, dict]) -> str:
