@@ -366,11 +366,18 @@ def test_a_draft_whose_ir_cannot_be_read_is_one_line_at_startup(broken_draft_ser
 
 
 def _kernels(voila_pid: int) -> list:
-    """The kernel processes Voila has started and not stopped."""
+    """The kernel processes Voila has started and not stopped (a stopped one can be a zombie until it is reaped,
+    or gone between the listing and the look: neither is alive)."""
     import psutil
 
-    return [child for child in psutil.Process(voila_pid).children(recursive=True)
-            if "ipykernel" in " ".join(child.cmdline())]
+    alive = []
+    for child in psutil.Process(voila_pid).children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "ipykernel" in " ".join(child.cmdline()):
+                alive.append(child)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            pass
+    return alive
 
 
 def test_the_kernels_of_closed_pages_are_culled(tmp_path):

@@ -151,6 +151,19 @@ def test_an_error_line_goes_when_the_input_or_a_setting_changes(app):
     assert _printed(controls["result"]) == ""
 
 
+def test_a_reading_goes_when_the_input_changes_and_an_empty_input_shows_no_preview(app):
+    """A reading of one input stayed under another chosen after it (a PDF's pages under typed text), and an empty
+    input showed a broken-image icon in the preview."""
+    controls = _controls(app)
+    controls["run"].click()
+    assert "Speculative vs target only" in _shown(controls["result"]) and _printed(controls["text"])
+    controls["source"].value = "typed"  # the text box is empty: nothing to preview, nothing read yet
+    assert controls["result"].outputs == () and controls["text"].outputs == ()
+    assert controls["preview"].layout.display == "none"
+    controls["typed"].value = "Totally different text"
+    assert controls["preview"].layout.display is None and bytes(controls["preview"].value).startswith(b"\x89PNG")
+
+
 def test_any_error_is_one_line_in_the_panel_and_its_traceback_goes_to_the_log(app, monkeypatch, capfd):
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 

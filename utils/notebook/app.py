@@ -19,7 +19,7 @@ from pathlib import Path
 __all__ = ["TARGET_VARIABLE", "DRAFT_VARIABLE", "PREPARING", "app_pair", "preparing_notice", "speculative_ocr_app"]
 
 TARGET_VARIABLE, DRAFT_VARIABLE = "DSPARK_OCR_TARGET", "DSPARK_OCR_DRAFT"
-PREPARING = "preparing the models (first start only) ..."
+PREPARING = "preparing the models ..."
 
 
 def app_pair(environ: Mapping[str, str]) -> tuple[Path, Path]:

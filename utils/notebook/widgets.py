@@ -124,7 +124,8 @@ class _OcrPanel:
         self.page = widgets.Dropdown(options=[(p.name, index) for index, p in enumerate(self.pages)],
                                      description="Page:")
         self.typed = widgets.Textarea(placeholder="type text here: 6 rows of 26 characters a page, a longer text "
-                                                  "read page by page", rows=6,
+                                                  "read page by page (a longer line is wrapped, a tab is 4 spaces)",
+                                      rows=6,
                                       continuous_update=False, layout=widgets.Layout(width="260px"))
         self.upload = widgets.FileUpload(accept="image/*,.pdf,application/pdf", multiple=False, description="Upload")
         self.clear = widgets.Button(description="Clear upload", disabled=True)
@@ -195,12 +196,12 @@ class _OcrPanel:
             self.source.value = source  # whose observer calls on_change
 
     def on_change(self, _=None) -> None:
-        """An input or the choice of input changed: only the chosen input's controls are enabled, any error line
-        goes, and the preview shows what Read would read."""
+        """An input or the choice of input changed: only the chosen input's controls are enabled, the last reading
+        and any error line go (they were of another input), and the preview shows what Read would read."""
         active = self.source.value
         self.page.disabled, self.typed.disabled = active != "sample", active != "typed"
         self.upload.disabled, self.clear.disabled = active != "upload", active != "upload" or not self.upload.value
-        self.clear_error()
+        self.text.outputs, self.result.outputs = (), ()
         self.show_preview()
 
     def typed_pages(self) -> list[list[str]]:
@@ -253,19 +254,19 @@ class _OcrPanel:
     def show_preview(self) -> None:
         import io
 
+        self.preview.value, self.preview.layout.display = b"", "none"  # nothing to show: no broken-image icon
         if self._chosen_is_empty():
-            self.preview.value = b""
             return
         try:
             _, render = self.chosen_pages()
             buffer = io.BytesIO()
             render(1).convert("RGB").save(buffer, format="PNG")
         except Exception as error:  # noqa: BLE001 - any error is a message in the page, never a traceback
-            self.preview.value = b""
             self.result.outputs = ()
             self.show_error(error)
             return
         self.preview.value = buffer.getvalue()
+        self.preview.layout.display = None
 
     def on_clear(self, _) -> None:
         """Drops the upload and goes back to reading the sample page."""
@@ -333,8 +334,9 @@ def _reach_html(reach) -> str:
     """What a typewriter reader (the tiny pair) reads, and how to read anything else: above the panel's controls."""
     return (f"<p class='dspark-reach'><b>The tiny pair reads typewriter pages</b>: {reach.rows} rows of "
             f"{reach.columns} printable ASCII characters in its own font, as the sample pages and a typed page are "
-            f"drawn. An upload of any other kind (a photo, a scan, another font or page size) is read with a notice, "
-            f"and the reading means little. For real documents export the real pair (docs/real-checkpoints.md) and "
+            f"drawn. An upload of another page size (a photo, a scan) is read with a notice; another font at this "
+            f"page size is not detected: it is read without one, as nonsense (the identical mark compares the two "
+            f"readings, not a reading with the page). For real documents export the real pair (docs/real-checkpoints.md) and "
             f"start the app with DSPARK_OCR_TARGET and DSPARK_OCR_DRAFT naming its folders.</p>")
 
 
