@@ -164,6 +164,25 @@ def test_a_reading_goes_when_the_input_changes_and_an_empty_input_shows_no_previ
     assert controls["preview"].layout.display is None and bytes(controls["preview"].value).startswith(b"\x89PNG")
 
 
+def test_the_markov_head_can_be_turned_off_to_draft_as_dflash_does(app, monkeypatch):
+    """"off" drafts each block position's own best token (the per-position argmax), as `--markov-head off` does."""
+    from utils.engine.draft import PER_POSITION_ARGMAX
+    from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
+
+    asked, generate = [], SpeculativeOcrPipeline.generate
+
+    def recording(pipeline, *args, **kwargs):
+        asked.append(kwargs.get("markov_head_top_k"))
+        return generate(pipeline, *args, **kwargs)
+
+    monkeypatch.setattr(SpeculativeOcrPipeline, "generate", recording)
+    controls = _controls(app)
+    assert [label for label, _ in controls["markov"].options] == ["Top-K scorer", "dense walk", "off"]
+    controls["markov"].value = PER_POSITION_ARGMAX
+    controls["run"].click()
+    assert "Speculative vs target only" in _shown(controls["result"]) and PER_POSITION_ARGMAX in asked
+
+
 def test_any_error_is_one_line_in_the_panel_and_its_traceback_goes_to_the_log(app, monkeypatch, capfd):
     from utils.pipeline.speculative_ocr import SpeculativeOcrPipeline
 

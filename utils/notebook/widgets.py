@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
+from utils.engine.draft import PER_POSITION_ARGMAX
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 
 __all__ = ["SOURCES", "ERROR_PREFIX", "device_widget", "precision_widget", "error_message", "ocr_app"]
@@ -136,8 +137,11 @@ class _OcrPanel:
         self.precision = precision_widget()
         self.assistant = widgets.IntSlider(value=block_size, min=1, max=block_size, description="Draft tokens:",
                                            style=wide)
-        self.markov = widgets.ToggleButtons(options=[("Top-K scorer", None), ("dense walk", 0)],
-                                            description="Markov head:")
+        self.markov = widgets.ToggleButtons(options=[("Top-K scorer", None), ("dense walk", 0),
+                                                     ("off", PER_POSITION_ARGMAX)], description="Markov head:",
+                                            tooltips=["the Top-K candidate scorer (DSpark's default)",
+                                                      "the walk over the whole draft vocabulary",
+                                                      "no walk: each position's own best token, as DFlash drafts"])
         self.threshold = widgets.FloatSlider(value=DEFAULT_CONFIDENCE_THRESHOLD, min=0.0, max=1.0, step=0.05,
                                              description="Confidence ≥", style=wide)
         self.budget = widgets.BoundedIntText(value=max_new_tokens, min=1, max=4096, description="Max tokens:")
