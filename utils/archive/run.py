@@ -19,7 +19,8 @@ from utils.archive.results import ResultsFile, read_results, record_key
 from utils.archive.workers import LocalWorker, ProcessWorkers, WorkersLost
 from utils.cli import plural
 
-__all__ = ["WORKER_STARTS", "ArchiveSummary", "ArchiveInterrupted", "read_archive", "worker_starter", "read_inputs"]
+__all__ = ["WORKER_STARTS", "ArchiveSummary", "ArchiveInterrupted", "page_name", "read_archive", "worker_starter",
+           "read_inputs"]
 
 WORKER_STARTS = 3  # how often workers are started for one run: the first time, and again after all died
 
@@ -100,7 +101,8 @@ def _tell(line: str) -> None:
     tqdm.write(line, file=sys.stderr)
 
 
-def _page_name(record: dict) -> str:
+def page_name(record: dict) -> str:
+    """`scans/page-01.png`, or `letters/bundle.pdf page 2`: a record's page as lines name it."""
     return record["file"] + ("" if record["page"] is None else f" page {record['page']}")
 
 
@@ -163,7 +165,7 @@ def read_archive(listing: Listing, results: ResultsFile, start_workers: Callable
                         read, tokens, steps = read + 1, tokens + record["tokens"], steps + record["steps"]
                     if record.get("notice"):
                         notices += 1
-                        _tell(f"{_page_name(record)}: {' '.join(record['notice'].split())}")
+                        _tell(f"{page_name(record)}: {' '.join(record['notice'].split())}")
                     bar.update()
                     bar.set_postfix(tok_s=f"{tokens / (time.perf_counter() - started):.1f}", errors=errors)
                 break

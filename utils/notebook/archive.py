@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from utils.archive.run import page_name
 from utils.models import REPO_ROOT
 
 __all__ = ["read_records", "page_name", "page_texts", "records_table", "read_counts", "run_and_kill",
@@ -26,11 +27,6 @@ _PREVIEW = 28  # characters of a page's text in the table
 def read_records(path: Path | str) -> list[dict]:
     """The records of a results file, in the order they were written."""
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
-
-
-def page_name(record: dict) -> str:
-    """`scans/page-01.png`, or `letters/bundle.pdf page 2`."""
-    return record["file"] + ("" if record["page"] is None else f" page {record['page']}")
 
 
 def page_texts(records: list[dict]) -> dict[str, str]:
