@@ -207,16 +207,19 @@ def test_a_draft_distilled_with_every_glyph_moved_records_the_options_it_did_bef
     assert "--distill-unmoved-share: 1.5 is out of range" in capsys.readouterr().err and not out.exists()
 
 
-def _sequence(prompt_length: int, answer: list[int], image_positions: list[int]):
+def _sequence(prompt_length: int, answer: list[int], image_positions: list[int], token_cells: list[int] | None = None):
     from utils.tiny.distill_data import DistillSequence
 
     tokens = torch.tensor([0] * prompt_length + answer)
-    return DistillSequence(tokens, torch.zeros(len(tokens), 6), prompt_length, torch.tensor(image_positions))
+    cells = torch.tensor(token_cells if token_cells is not None else range(len(answer)))
+    return DistillSequence(tokens, torch.zeros(len(tokens), 6), prompt_length, torch.tensor(image_positions), cells)
 
 
-def test_a_block_position_is_aligned_with_the_image_token_of_its_label():
-    """Answer token k is image token k on a typewriter page: the label of block position j at the anchor that is
-    answer token i is answer token i + 1 + j, shown by image token i + 1 + j (none past the page's last)."""
+def test_a_block_position_is_aligned_with_the_image_token_where_its_label_starts():
+    """The label of block position j at the anchor that is answer token i is answer token i + 1 + j, and the draft
+    is told the image token of the cell where it starts: with one token per cell, image token i + 1 + j (none past
+    the page's last); with merges, the cells its reading says (a token of two characters moves the next one by two),
+    none where the reading does not say."""
     sequence = _sequence(6, [10, 11, 12, 13], image_positions=[1, 2, 3, 4])
     batch = anchor_batch([sequence], block_size=3, mask_token_id=99)
     assert batch.anchor_positions.tolist() == [[6, 7, 8]]
@@ -224,6 +227,37 @@ def test_a_block_position_is_aligned_with_the_image_token_of_its_label():
     assert batch.glyph_positions.tolist() == [[[2, 3, 4], [3, 4, -1], [4, -1, -1]]]
     short = anchor_batch([_sequence(6, [10, 11, 12, 13], image_positions=[1, 2])], block_size=3, mask_token_id=99)
     assert short.glyph_positions.tolist() == [[[2, -1, -1], [-1, -1, -1], [-1, -1, -1]]]
+    merged = _sequence(6, [10, 11, 12, 13], image_positions=[20, 21, 22, 23, 24, 25], token_cells=[0, 2, -1, 5])
+    assert anchor_batch([merged], block_size=3, mask_token_id=99).glyph_positions.tolist() == [
+        [[22, -1, 25], [-1, 25, -1], [25, -1, -1]]]
+
+
+def test_the_cells_of_a_reading_are_where_each_token_starts_on_its_page():
+    """Unpadded rows and merged tokens: a token starts in the cell of its first character, a line break in its row's
+    blank last column, EOS in the page's last cell; a reading that does not fit its page, or an image that is no
+    page of whole cells, says nothing (-1)."""
+    from PIL import Image
+
+    from utils.pages.typewriter import CELL
+    from utils.tiny.distill_data import answer_token_cells
+    from utils.tiny.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(768)
+    page = Image.new("L", (5 * CELL, 3 * CELL))  # 3 rows of 4 characters, then the blank last column
+    text = "the\nend"
+    answer = tokenizer(text, add_special_tokens=False).input_ids
+    pieces = [tokenizer.decode([token]) for token in answer]
+    assert any(len(piece) > 1 for piece in pieces)  # merges
+    cells = answer_token_cells(tokenizer, [*answer, tokenizer.eos_token_id], page).tolist()
+    offset = 0
+    for piece, cell in zip(pieces, cells):
+        assert cell == [0, 1, 2, 4, 5, 6, 7][offset], (piece, cell)
+        offset += len(piece)
+    assert cells[-1] == 14 and len(cells) == len(answer) + 1
+    assert answer_token_cells(tokenizer, answer, page).tolist() == cells[:-1]  # a reading cut before EOS
+    assert set(answer_token_cells(tokenizer, tokenizer("toolong\nx", add_special_tokens=False).input_ids,
+                                  page).tolist()) == {-1}
+    assert set(answer_token_cells(tokenizer, answer, Image.new("L", (5 * CELL + 3, 3 * CELL))).tolist()) == {-1}
 
 
 def test_anchors_are_drawn_at_random_and_in_order_when_limited():

@@ -213,3 +213,22 @@ def test_saved_pages_sort_in_reading_order(tmp_path):
     assert [Image.open(path).tobytes() for path in paths] == [image.tobytes() for image in typed_pages(text)]
     with pytest.raises(ValueError, match="pages is not an empty folder"):  # a shorter text would leave pages behind
         save_typed_pages("one page", tmp_path / "pages")
+
+
+def test_layout_rows_are_laid_out_with_spaces_and_pages_written_so_fit_the_page():
+    """The layout kind gives what a reader of unpadded rows must place from the page alone: rows indented by 1-8
+    spaces, runs of at least two spaces inside a row, and centred titles; every row fits the page. The pages written
+    by hand that are laid out so fit the one page shape too."""
+    import re
+
+    from utils.pages.reading_pages import LAYOUT_KINDS, reading_pages
+    from utils.pages.written_pages import LAYOUT_TEXTS, written_pages
+
+    rows = [row.rstrip() for page in reading_pages(40, seed=3, kinds=LAYOUT_KINDS) for row in page.text.split("\n")]
+    indents = {len(row) - len(row.lstrip(" ")) for row in rows if row.strip()}
+    assert {0, 1, 2, 4, 8} <= indents and max(indents) <= PAGE_WIDTH
+    assert sum(bool(re.search(r"\S {2,}\S", row)) for row in rows) >= len(rows) // 10
+    assert all(len(row) <= PAGE_WIDTH for row in rows)
+    pages = written_pages(LAYOUT_TEXTS)
+    assert [page.name for page in pages] == list(LAYOUT_TEXTS) and all(page.image.size == pages[0].image.size
+                                                                      for page in pages)

@@ -27,7 +27,8 @@ import numpy as np
 from utils.pages.samples import CORPUS_PATH, SamplePage, sample_rows
 from utils.pages.typewriter import GLYPHS, PAGE_ROWS, PAGE_WIDTH, Ink, fit_page, page_text, render_typewriter_page
 
-__all__ = ["PAGE_KINDS", "UNPREDICTABLE_KINDS", "TRAINING_KINDS", "HARD_KINDS", "REFINING_KINDS", "LOOK_ALIKE_CLASSES",
+__all__ = ["PAGE_KINDS", "UNPREDICTABLE_KINDS", "TRAINING_KINDS", "HARD_KINDS", "REFINING_KINDS", "LAYOUT_KINDS",
+           "LOOK_ALIKE_CLASSES",
            "SPLITS", "SAMPLE_SEED", "SAMPLE_PAGE_COUNT", "ReadingPage", "iter_reading_pages", "reading_pages",
            "line_split", "sample_pages", "unpredictable_sample_pages"]
 
@@ -289,11 +290,42 @@ def _formulas(rng, width):
     return lambda: _fitting(row, width)
 
 
+def _layout(rng, width):
+    """Rows laid out with spaces, as people type them: indented by 1-8 spaces (lists, outlines, nested keys),
+    columns aligned by runs of 2-6 spaces, and titles centred in the row. A reader that writes a page's text, not its
+    padding, must count those spaces from the page: nothing in the words says how many there are."""
+    def indented() -> str:
+        indent = int(rng.integers(1, 9))
+        marker = str(rng.choice(["- ", "* ", "", "", f"{rng.integers(1, 10)}. "]))
+        words = " ".join(_word(rng) for _ in range(int(rng.integers(1, 4))))
+        return " " * indent + _fitting(lambda: marker + words, width - indent)
+
+    def nested_key() -> str:
+        indent = 2 * int(rng.integers(0, 4))
+        value = _word(rng) if rng.integers(0, 2) else _number(rng)
+        return " " * indent + _fitting(lambda: f"{_word(rng)}: {value}", width - indent)
+
+    def columns() -> str:
+        fields = [_word(rng) if rng.integers(0, 2) else _number(rng) for _ in range(int(rng.integers(2, 4)))]
+        line = fields[0]
+        for field in fields[1:]:
+            line += " " * int(rng.integers(2, 7)) + field
+        return line[:width].rstrip()
+
+    def centred() -> str:
+        title = _fitting(lambda: " ".join(_word(rng).capitalize() for _ in range(int(rng.integers(1, 3)))), width - 2)
+        return title.center(width).rstrip()
+
+    forms = (indented, nested_key, columns, centred)
+    return lambda: forms[int(rng.integers(0, len(forms)))]()
+
+
 # kind -> rows of a page of that kind, `PAGE_WIDTH` characters wide
 _KINDS = {"prose": _prose, "numbers": _numbers, "receipt": _receipt, "table": _table, "form": _form,
           "letter": _letter, "two-columns": _two_columns, "random": _random_ascii, "code": _code,
           "bordered-table": _bordered_table, "symbols": _symbols, "mixed-case": _mixed_case,
-          "look-alikes": _look_alikes, "digit-grid": _digit_grid, "repeats": _repeats, "formulas": _formulas}
+          "look-alikes": _look_alikes, "digit-grid": _digit_grid, "repeats": _repeats, "formulas": _formulas,
+          "layout": _layout}
 PAGE_KINDS = ("prose", "numbers", "receipt", "table", "form", "letter", "two-columns")  # documents
 UNPREDICTABLE_KINDS = ("random", "code", "bordered-table", "symbols", "mixed-case")  # nothing a prior can guess
 # What a reader trains on: as many unpredictable pages as document pages, so that it reads rather than recites.
@@ -303,6 +335,9 @@ HARD_KINDS = ("look-alikes", "digit-grid", "repeats", "formulas")
 # What a reader refines on after `TRAINING_KINDS`: every other page a hard one.
 REFINING_KINDS = tuple(kind for index, trained in enumerate(TRAINING_KINDS)
                        for kind in (HARD_KINDS[index % len(HARD_KINDS)], trained))
+# Rows laid out with runs of spaces (indentation, aligned columns, centred titles): what a reader that writes rows
+# without their trailing spaces must place from the page alone.
+LAYOUT_KINDS = ("layout",)
 
 
 def line_split(line: str) -> str:

@@ -4,7 +4,7 @@ A reader trained on generated pages can score well on that generator's held-out 
 find its place by what it expects to write. These pages hold what a person would type to test it (code, tables,
 lists, addresses, symbol runs, serial numbers, verse, a page with blank rows and one with short lines), each drawn
 in the reader's own font on its one page shape (`typed_lines`), so only the text is new. `measure_reading` reads
-them; `docs/tiny-pair.md` reports each page's reading.
+them; `docs/tiny-pair.md` reports each page's reading. `LAYOUT_TEXTS` are pages laid out with spaces.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from utils.pages.samples import SamplePage
 from utils.pages.typewriter import page_text, render_typewriter_page, typed_lines
 
-__all__ = ["WRITTEN_TEXTS", "written_pages"]
+__all__ = ["WRITTEN_TEXTS", "LAYOUT_TEXTS", "written_pages"]
 
 # name -> the page's text, as someone would type it (at most 6 rows of 26 characters)
 WRITTEN_TEXTS = {
@@ -43,11 +43,26 @@ WRITTEN_TEXTS = {
     "blank-rows": "Chapter 7\n\nThe End?\n\n           -- fin --",
 }
 
+# name -> a page laid out with spaces, as someone would type it: nested keys, an outline, columns aligned by runs of
+# spaces, a centred title (`utils.pages.reading_pages.LAYOUT_KINDS` generates such rows). A reader that writes rows
+# without their trailing spaces must count every space from the page; the shipped reader, trained on padded rows
+# only, loses its place in them, so they are measured apart (`written_pages(LAYOUT_TEXTS)`).
+LAYOUT_TEXTS = {
+    "yaml": "server:\n  host: 10.0.0.7\n  port: 8443\n  tls:\n    cert: /etc/ssl/a.pem\n    verify: true",
+    "outline": "Plan\n 1. survey the site\n   - soil, water\n   - access road\n 2. draw the plans\n"
+               "        (due in May)",
+    "aligned-columns": "name     qty   price\nbolt      40    0.12\nwasher   125    0.03\nhinge      2   14.50\n"
+                       "\ntotal          34.80",
+    "centred-title": "      ANNUAL REPORT\n         2024\n\nSales rose by 12% and\ncosts fell a little.\n"
+                     "          - 3 -",
+}
 
-def written_pages() -> list[SamplePage]:
-    """The hand-written pages, in `WRITTEN_TEXTS`' order, drawn in the sample pages' ink on the one page shape."""
+
+def written_pages(texts: dict[str, str] = WRITTEN_TEXTS) -> list[SamplePage]:
+    """The hand-written pages of `texts` (name -> text), in its order, drawn in the sample pages' ink on the one page
+    shape."""
     pages = []
-    for name, text in WRITTEN_TEXTS.items():
+    for name, text in texts.items():
         lines = typed_lines(text)
         pages.append(SamplePage(name, page_text(lines), render_typewriter_page(lines)))
     return pages

@@ -26,7 +26,7 @@ class AnchorBatch:
     anchor_positions: torch.Tensor  # [N, A]
     labels: torch.Tensor  # [N, A, B] target ids of the tokens after the anchor (0 where absent)
     present: torch.Tensor  # [N, A, B] bool: the label exists (inside the answer, real anchor)
-    glyph_positions: torch.Tensor  # [N, A, B] position of the image token that shows the label, -1 where none
+    glyph_positions: torch.Tensor  # [N, A, B] position of the image token where the label starts, -1 where none
 
     @property
     def previous_ids(self) -> torch.Tensor:
@@ -63,10 +63,12 @@ def anchor_batch(sequences: list[DistillSequence], *, block_size: int, mask_toke
         label_positions = positions[:, None] + torch.arange(1, block_size + 1)
         present[n, :count] = label_positions < size
         labels[n, :count] = torch.where(present[n, :count], tokens[label_positions.clamp(max=size - 1)], 0)
-        glyphs = label_positions - sequence.prompt_length  # answer token k is image token k on a typewriter page
-        shown = present[n, :count] & (glyphs < len(sequence.image_positions))
+        # the cell where each label starts on a typewriter page (`DistillSequence.token_cells`), -1 where unknown
+        answer_index = (label_positions - sequence.prompt_length).clamp(max=len(sequence.token_cells) - 1)
+        cells = torch.where(present[n, :count], sequence.token_cells[answer_index], -1)
+        shown = (cells >= 0) & (cells < len(sequence.image_positions))
         glyph_positions[n, :count] = torch.where(
-            shown, sequence.image_positions[glyphs.clamp(max=len(sequence.image_positions) - 1)], -1)
+            shown, sequence.image_positions[cells.clamp(0, len(sequence.image_positions) - 1)], -1)
     return AnchorBatch(block_ids, target_hidden, anchor_positions, labels, present, glyph_positions)
 
 

@@ -23,10 +23,10 @@ from tqdm.auto import tqdm
 
 from utils.pages.samples import CORPUS_PATH, printed_sample_pages, render_page
 from utils.pages.reading_pages import TRAINING_KINDS, iter_reading_pages
-from utils.pages.typewriter import Ink
+from utils.pages.typewriter import CELL, Ink, text_cells
 from utils.reference.speculative import TargetRunner
 
-__all__ = ["DistillSequence", "prompt_inputs", "training_lines", "training_passages", "training_pages", "collect_sequences"]
+__all__ = ["DistillSequence", "answer_token_cells", "prompt_inputs", "training_lines", "training_passages", "training_pages", "collect_sequences"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,35 @@ class DistillSequence:
     target_hidden: torch.Tensor  # [S, L*H] target layer outputs at every position
     prompt_length: int  # P: the first answer token (the first anchor) sits at position P
     image_positions: torch.Tensor  # [I] int64: positions of the image tokens, in the page's order
+    # [S - P] int64: the page cell (image token index) where each answer token starts, -1 where the reading does
+    # not say (a page that is no typewriter page, a reading that does not fit its grid): `answer_token_cells`
+    token_cells: torch.Tensor
+
+
+def answer_token_cells(tokenizer, answer: list[int], image: Image.Image) -> torch.Tensor:
+    """Where on a typewriter page each token of a reading starts: the cell of its first character (`text_cells`
+    of the reading, with the reader's rows of any length), the page's last cell for the EOS that ends it. A token of
+    several characters spans several cells; the draft's training is told the first (`anchor_batch`). All -1 when
+    the image is not a page of whole cells or the reading does not fit its grid.
+
+    Args:
+        tokenizer: the target's tokenizer.
+        answer: the answer's token ids, EOS last if the reading ended.
+        image: the page that was read.
+    """
+    unknown = torch.full((len(answer),), -1)
+    columns, rows = image.width // CELL, image.height // CELL
+    if image.size != (columns * CELL, rows * CELL) or columns < 2:
+        return unknown
+    ended = bool(answer) and answer[-1] == tokenizer.eos_token_id
+    pieces = [tokenizer.decode([token]) for token in (answer[:-1] if ended else answer)]
+    try:
+        cells = text_cells("".join(pieces), width=columns - 1, rows=rows)
+    except ValueError:
+        return unknown
+    starts = np.cumsum([0, *map(len, pieces)])[:-1]
+    first = [cells[start] if len(piece) else -1 for start, piece in zip(starts, pieces)]
+    return torch.tensor(first + [cells[-1]] * ended, dtype=torch.long)
 
 
 def prompt_inputs(processor, image, prompt: str) -> dict:
@@ -116,5 +145,6 @@ def collect_sequences(target, processor, cases: list[tuple], *, hidden_layer_ids
         embeds = torch.cat((runner.prompt_embeddings(inputs), runner.embed(answer.tolist())), dim=1)
         _, hidden = runner(embeds)
         image_positions = (output[0] == target.config.image_token_id).nonzero()[:, 0]
-        sequences.append(DistillSequence(output[0], hidden[0], prompt_length, image_positions))
+        cells = answer_token_cells(processor.tokenizer, answer.tolist(), image)
+        sequences.append(DistillSequence(output[0], hidden[0], prompt_length, image_positions, cells))
     return sequences
