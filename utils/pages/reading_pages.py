@@ -27,7 +27,7 @@ import numpy as np
 from utils.pages.samples import CORPUS_PATH, SamplePage, sample_rows
 from utils.pages.typewriter import GLYPHS, PAGE_ROWS, PAGE_WIDTH, Ink, fit_page, page_text, render_typewriter_page
 
-__all__ = ["PAGE_KINDS", "UNPREDICTABLE_KINDS", "TRAINING_KINDS", "HARD_KINDS", "REFINING_KINDS", "LAYOUT_KINDS",
+__all__ = ["PAGE_KINDS", "UNPREDICTABLE_KINDS", "TRAINING_KINDS", "HARD_KINDS", "REFINING_KINDS", "LAYOUT_KINDS", "MERGING_KINDS",
            "LOOK_ALIKE_CLASSES",
            "SPLITS", "SAMPLE_SEED", "SAMPLE_PAGE_COUNT", "ReadingPage", "iter_reading_pages", "reading_pages",
            "line_split", "sample_pages", "unpredictable_sample_pages"]
@@ -338,6 +338,8 @@ REFINING_KINDS = tuple(kind for index, trained in enumerate(TRAINING_KINDS)
 # Rows laid out with runs of spaces (indentation, aligned columns, centred titles): what a reader that writes rows
 # without their trailing spaces must place from the page alone.
 LAYOUT_KINDS = ("layout",)
+# What a reader learns to write merged tokens of unpadded rows on: the refining's kinds, every other page laid out.
+MERGING_KINDS = tuple(kind for refined in REFINING_KINDS for kind in (refined, *LAYOUT_KINDS))
 
 
 def line_split(line: str) -> str:

@@ -1,9 +1,12 @@
-"""Command line: `python -m utils.tiny --out DIR [--seed N] [--draft-vocab-size N] ... [--pretrain | --read]
+"""Command line: `python -m utils.tiny --out DIR [--seed N] [--draft-vocab-size N] ... [--pretrain | --read [--merges]]
 [--distill] [--manifest]`.
 
 The shipped default pair (`utils/tiny/default`) is `--read --distill --manifest` with the defaults
 (`utils.tiny.manifest.REBUILD_COMMAND`): `--read` trains a target that reads typewriter pages, with the sizes of
 `READING_PAIR` unless an option names another, and `--read --distill` distils its draft as `READING_DISTILL` says.
+`--read --merges` builds a pair in the real pair's regime (`MERGING_PAIR`): a tokenizer with merges, a draft of half
+its vocabulary and 15 drafts a block; the reader of one token per character (trained, or the one of `--reader-from`)
+learns to write merged tokens of rows without their trailing spaces, and the draft distils on those pages.
 `--pretrain` is the earlier recipe, a target that writes corpus text whatever the page (small and fast: the
 tests build such pairs).
 """
@@ -14,7 +17,8 @@ import sys
 
 from utils.cli import command_parser, float_between, int_at_least
 from utils.files import folder_size
-from utils.tiny.config import READING_DISTILL, READING_PAIR, Checkpoints
+from utils.tiny.config import (MERGING_DISTILL, MERGING_PAIR, MERGING_READ, READING_DISTILL, READING_PAIR,
+                               Checkpoints)
 from utils.tiny.manifest import HELD_OUT_WALKS, MANIFEST, write_manifest
 from utils.tiny.pair import DistillConfig, PretrainConfig, ReaderConfig, TinyPairConfig, build_tiny_pair
 from utils.tiny.reading_report import reading_report_summary
@@ -34,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-vocab-size", metavar="N", type=count,
                         help=f"the draft's pruned vocabulary (default: {defaults.draft_vocab_size}, with --read "
                              f"{READING_PAIR['draft_vocab_size']})")
-    parser.add_argument("--block-size", metavar="N", type=count, default=defaults.block_size,
-                        help="draft tokens per block")
+    parser.add_argument("--block-size", metavar="N", type=count,
+                        help=f"draft tokens per block (default: {defaults.block_size}, with --merges "
+                             f"{MERGING_PAIR['block_size']})")
     parser.add_argument("--target-layer-ids", metavar="N", type=int_at_least(0), nargs="+",
                         default=list(defaults.target_layer_ids), help="target layers the draft reads")
     parser.add_argument("--markov-rank", metavar="N", type=count, default=defaults.markov_rank,
@@ -46,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     training.add_argument("--read", action="store_true",
                           help="train the target to read typewriter pages, with the sizes of READING_PAIR (about "
                                "64 minutes on two CPU cores with the defaults; prints its CER and learning curve)")
+    parser.add_argument("--merges", action="store_true",
+                        help="with --read: a tokenizer with merges, a draft of half its vocabulary and 15 drafts a "
+                             "block, as the real pair; the reader learns merged tokens of unpadded rows after reading "
+                             "one token per character")
+    parser.add_argument("--merge-steps", metavar="N", type=count,
+                        help=f"training steps of --merges (default: {MERGING_READ['merge_steps']})")
     parser.add_argument("--pretrain-steps", metavar="N", type=count, default=PretrainConfig().steps,
                         help="training steps of --pretrain")
     parser.add_argument("--read-steps", metavar="N", type=count, default=ReaderConfig().steps,
@@ -55,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reader-from", metavar="DIR",
                         help="with --read: start from the reader of the pair in DIR, trained as the first phase of "
                              "--read (checked), and only refine it: the same bits as a whole training on the CPU "
-                             "that trained it, in 47 minutes less")
+                             "that trained it, in 47 minutes less; with --merges: the reader of one token per "
+                             "character that learns the merges (the shipped pair's reader, say)")
     parser.add_argument("--read-held-out-pages", metavar="N", type=count, default=ReaderConfig().held_out_pages,
                         help="held-out pages each point of the reading's learning curve reads")
     parser.add_argument("--distill", action="store_true",
@@ -79,16 +91,21 @@ def main(argv: list[str] | None = None) -> int:
                              "command again to go on with a build that was cut short")
     parser.add_argument("--overwrite", action="store_true", help="rebuild even if the --out folder holds a pair")
     args = parser.parse_args(argv)
+    if args.merges and not args.read:
+        parser.error("--merges needs --read (a reader learns the merges)")
+    if args.merge_steps is not None and not args.merges:
+        parser.error("--merge-steps needs --merges")
     try:
-        sizes = dict(READING_PAIR) if args.read else {}
-        sizes |= {name: getattr(args, name) for name in ("tokenizer_vocab_size", "draft_vocab_size")
+        sizes = (dict(READING_PAIR) if args.read else {}) | (MERGING_PAIR if args.merges else {})
+        sizes |= {name: getattr(args, name) for name in ("tokenizer_vocab_size", "draft_vocab_size", "block_size")
                   if getattr(args, name) is not None}
-        config = TinyPairConfig(seed=args.seed, vocab_size=args.vocab_size, block_size=args.block_size,
-                                target_layer_ids=tuple(args.target_layer_ids), markov_rank=args.markov_rank, **sizes)
+        config = TinyPairConfig(seed=args.seed, vocab_size=args.vocab_size, target_layer_ids=tuple(args.target_layer_ids),
+                                markov_rank=args.markov_rank, **sizes)
         pretrain = PretrainConfig(steps=args.pretrain_steps) if args.pretrain else None
+        merges = MERGING_READ | ({"merge_steps": args.merge_steps} if args.merge_steps else {}) if args.merges else {}
         read = ReaderConfig(steps=args.read_steps, refine_steps=args.refine_steps,
-                            held_out_pages=args.read_held_out_pages) if args.read else None
-        distill_options = dict(READING_DISTILL) if args.read else {}
+                            held_out_pages=args.read_held_out_pages, **merges) if args.read else None
+        distill_options = (dict(READING_DISTILL) if args.read else {}) | (MERGING_DISTILL if args.merges else {})
         distill_options |= {name: getattr(args, f"distill_{name}") for name in ("steps", "pages", "unmoved_share")
                             if getattr(args, f"distill_{name}") is not None}
         distill = DistillConfig(**distill_options) if args.distill else None

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from utils.checkpoint.config import check_layer_ids
 from utils.pages.samples import SAMPLE_PROMPTS
-from utils.pages.reading_pages import REFINING_KINDS, TRAINING_KINDS
+from utils.pages.reading_pages import MERGING_KINDS, REFINING_KINDS, TRAINING_KINDS
 from utils.pages.typewriter import PAGE_CELLS
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 from utils.tiny.tokenizer import BYTE_VOCABULARY
 
-__all__ = ["BUILD_STAMP", "READING_PAIR", "READING_DISTILL", "TinyPairConfig", "PretrainConfig", "ReaderConfig",
+__all__ = ["BUILD_STAMP", "READING_PAIR", "READING_DISTILL", "MERGING_PAIR", "MERGING_READ", "MERGING_DISTILL", "TinyPairConfig", "PretrainConfig", "ReaderConfig",
            "DistillConfig", "Checkpoints", "BUILDER_VERSION"]
 
 BUILD_STAMP = "tiny-pair.json"  # written into every pair folder: the options it was built with
@@ -137,6 +137,16 @@ READING_DISTILL = {"page_style": "typewriter", "prompts": (DEFAULT_PROMPT,), "ma
                    "calibration_pages": 64, "unmoved_share": 0.5}
 
 
+# A pair in the real pair's regime (`python -m utils.tiny --read --merges`): the reading pair's sizes with a byte-level
+# BPE of 768 tokens (1.8 characters a token on the sample pages), a draft that predicts half of them (the tokens its
+# training answers use most, at least 4 x 64 so that a Top-64 walk is an approximation) and 15 drafts a block, as the
+# real pair; the reader learns the merges and unpadded rows after reading one token per character (`merge_steps`),
+# and the draft distils on the pages it learnt them on (`MERGING_KINDS`).
+MERGING_PAIR = {"tokenizer_vocab_size": 768, "draft_vocab_size": 384, "block_size": 15}
+MERGING_READ = {"merge_steps": 3000}
+MERGING_DISTILL = {"page_kinds": MERGING_KINDS}
+
+
 @dataclass(frozen=True)
 class Checkpoints:
     """Where and how often `train_steps` saves what it needs to resume, and the options that training was run with.
@@ -221,13 +231,24 @@ class ReaderConfig:
     refine_kinds: tuple[str, ...] = REFINING_KINDS
     refine_learning_rate: float = 1e-3
     refine_unmoved_share: float = 0.5
+    # Then, for a pair whose tokenizer has merges, the reader is grown to that vocabulary and learns to write merged
+    # tokens of rows without their trailing spaces (`utils.tiny.reader.train_merges`), on `merge_kinds` (layout rows
+    # between the refining's kinds). 0 steps: a reader of one token per character and padded rows, as shipped before.
+    merge_steps: int = 0
+    merge_kinds: tuple[str, ...] = MERGING_KINDS
+    merge_learning_rate: float = 1e-3
 
     def __post_init__(self):
         _check_counts_and_prompts(self, ("steps", "examples_per_step", "checkpoints", "held_out_pages"))
         object.__setattr__(self, "kinds", tuple(self.kinds))
         object.__setattr__(self, "refine_kinds", tuple(self.refine_kinds))
-        if not self.kinds or not self.refine_kinds:
-            raise ValueError("ReaderConfig: kinds and refine_kinds must not be empty")
+        object.__setattr__(self, "merge_kinds", tuple(self.merge_kinds))
+        if not self.kinds or not self.refine_kinds or not self.merge_kinds:
+            raise ValueError("ReaderConfig: kinds, refine_kinds and merge_kinds must not be empty")
+        if self.merge_steps < 0:
+            raise ValueError(f"ReaderConfig: merge_steps={self.merge_steps} must be >= 0")
+        if self.merge_learning_rate <= 0:
+            raise ValueError(f"ReaderConfig: merge_learning_rate={self.merge_learning_rate} must be > 0")
         if self.refine_steps < 0:
             raise ValueError(f"ReaderConfig: refine_steps={self.refine_steps} must be >= 0")
         if self.refine_learning_rate <= 0:
@@ -246,14 +267,22 @@ class ReaderConfig:
 
     def options(self) -> dict:
         """Every option, JSON-ready (recorded in the pair's build stamp); a reader that is not refined records the
-        first phase's alone, as readers did before refining existed."""
-        options = _json_ready(self)
-        return options if self.refine_steps else self.first_phase_options()
+        first phase's alone, as readers did before refining existed, and one that writes no merges no merge option."""
+        options = self.character_reader_options()
+        return options | self._phase_options("merge_") if self.merge_steps else options
+
+    def character_reader_options(self) -> dict:
+        """The options of the one-token-per-character reader the merges start from (`train_merges`): what a reader
+        built without merges records."""
+        return self.first_phase_options() | (self._phase_options("refine_") if self.refine_steps else {})
 
     def first_phase_options(self) -> dict:
         """The options of the first phase alone: what a reader built without refining records
         (`utils.tiny.reader.train_reader` may start from such a reader instead of training it again)."""
-        return {key: value for key, value in _json_ready(self).items() if not key.startswith("refine_")}
+        return {key: value for key, value in _json_ready(self).items() if not key.startswith(("refine_", "merge_"))}
+
+    def _phase_options(self, prefix: str) -> dict:
+        return {key: value for key, value in _json_ready(self).items() if key.startswith(prefix)}
 
 
 PAGE_STYLES = ("corpus", "typewriter")  # the pages a draft distils on (`utils.tiny.distill_data.training_pages`)
@@ -279,10 +308,14 @@ class DistillConfig:
     alignment_weight: float = 0.0  # typewriter pages: block position j attends the image token of its label
     calibration_pages: int = 0  # fresh pages (seed + 1) the confidence head is refitted on; 0: keep the trained head
     unmoved_share: float = 0.0  # typewriter pages with no glyph moved in its cell, as users' pages (`Ink.random`)
+    page_kinds: tuple[str, ...] = TRAINING_KINDS  # the kinds of the typewriter pages (`utils.pages.reading_pages`)
     seed: int = 0
 
     def __post_init__(self):
         _check_counts_and_prompts(self, ("pages", "steps", "sequences_per_step"))
+        object.__setattr__(self, "page_kinds", tuple(self.page_kinds))
+        if not self.page_kinds:
+            raise ValueError("DistillConfig: page_kinds must not be empty")
         if self.anchors_per_sequence < 0:
             raise ValueError(f"DistillConfig: anchors_per_sequence={self.anchors_per_sequence} must be >= 0")
         if self.calibration_pages < 0:
@@ -307,8 +340,9 @@ class DistillConfig:
 
     def options(self) -> dict:
         """Every option, JSON-ready (recorded in the pair's build stamp); a draft distilled with every glyph moved
-        records no `unmoved_share`, as drafts did before the option existed."""
-        options = _json_ready(self)
-        return options if self.unmoved_share else {key: value for key, value in options.items()
-                                                   if key != "unmoved_share"}
+        records no `unmoved_share`, and one distilled on `TRAINING_KINDS` no `page_kinds`, as drafts did before the
+        options existed."""
+        left_out = {"unmoved_share": 0.0, "page_kinds": TRAINING_KINDS}
+        return {key: value for key, value in _json_ready(self).items()
+                if key not in left_out or getattr(self, key) != left_out[key]}
 

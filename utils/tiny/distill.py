@@ -259,7 +259,7 @@ def _answers(target, processor, model: DSparkDraftModel, config: DistillConfig, 
              ) -> list[DistillSequence]:
     """The target's answers on `pages` generated pages of the configured style, for every configured prompt."""
     cases = [(page, prompt) for page in training_pages(pages, seed=seed, style=config.page_style,
-                                                       unmoved_share=config.unmoved_share)
+                                                       unmoved_share=config.unmoved_share, kinds=config.page_kinds)
              for prompt in config.prompts]
     return collect_sequences(target, processor, cases, hidden_layer_ids=model.config.target_layer_ids,
                              max_new_tokens=config.max_new_tokens)

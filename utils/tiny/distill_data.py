@@ -105,14 +105,14 @@ def training_passages(count: int, *, seed: int, max_lines: int = 12) -> list[tup
     return passages
 
 
-def training_pages(count: int, *, seed: int, style: str = "corpus", unmoved_share: float = 0.0
-                   ) -> list[Image.Image]:
+def training_pages(count: int, *, seed: int, style: str = "corpus", unmoved_share: float = 0.0,
+                   kinds: tuple[str, ...] = TRAINING_KINDS) -> list[Image.Image]:
     """`count` training page images: the pages of `training_passages` ("corpus"), or generated typewriter pages
-    of the training split inked at random, documents and unpredictable text in turn ("typewriter",
-    `utils.pages.reading_pages.TRAINING_KINDS`): a draft that must guess random strings learns to read ahead.
+    of the training split inked at random, of `kinds` in turn ("typewriter"; by default documents and unpredictable
+    text, `utils.pages.reading_pages.TRAINING_KINDS`): a draft that must guess random strings learns to read ahead.
     `unmoved_share` of the typewriter pages have every glyph unmoved in its cell (`Ink.random`)."""
     if style == "typewriter":
-        pages = iter_reading_pages(seed=seed, split="train", kinds=TRAINING_KINDS,
+        pages = iter_reading_pages(seed=seed, split="train", kinds=kinds,
                                    ink=partial(Ink.random, unmoved_share=unmoved_share))
         return [page.image for page in itertools.islice(pages, count)]
     return [image for _, image in training_passages(count, seed=seed)]

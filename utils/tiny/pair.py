@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,12 +13,13 @@ from typing import TYPE_CHECKING
 from utils.files import atomic_directory
 from utils.tiny.config import (BUILD_STAMP, READING_DISTILL, READING_PAIR, Checkpoints, DistillConfig, PretrainConfig,
                                ReaderConfig, TinyPairConfig)
+from utils.tiny.tokenizer import BYTE_VOCABULARY
 
 if TYPE_CHECKING:  # the reader imports torch; the builder imports it only when it trains
     from utils.tiny.reader import FirstPhase, ReaderReport
 
 __all__ = ["TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig", "TinyPair", "build_tiny_pair",
-           "build_stamp", "first_phase_reader", "shipped_recipe", "default_pair", "BUILD_STAMP", "SHIPPED_PAIR_DIR"]
+           "build_stamp", "first_phase_reader", "character_reader", "character_config", "shipped_recipe", "default_pair", "BUILD_STAMP", "SHIPPED_PAIR_DIR"]
 
 SHIPPED_PAIR_DIR = Path(__file__).resolve().parent / "default"  # the default pair, shipped in the repository
 
@@ -72,23 +74,50 @@ def first_phase_reader(pair: Path | str, config: TinyPairConfig, read: ReaderCon
     refines it), after checking that it is one: its files match its manifest, and its build stamp records the sizes
     of `config` and the first phase of `read` (`ReaderConfig.first_phase_options`). Else a ValueError names what
     differs."""
+    return _trained_reader(pair, build_stamp(config), read.first_phase_options(), phase="first phase",
+                           refined=False)
+
+
+def character_reader(pair: Path | str, config: TinyPairConfig, read: ReaderConfig) -> FirstPhase:
+    """The reader of the shipped-style pair in `pair` as the one-token-per-character reader `read`'s merges start
+    from (`train_merges`), after checking that it is one: its files match its manifest, its target has the sizes of
+    `config` with one token per character (`character_config`; the draft's sizes do not matter), and its reader was
+    trained as `read` says before the merges (`ReaderConfig.character_reader_options`). Else a ValueError names what
+    differs."""
+    wanted = {key: value for key, value in build_stamp(character_config(config)).items() if key not in _DRAFT_SIZES}
+    return _trained_reader(pair, wanted, read.character_reader_options(), phase="reader of one token per character",
+                           refined=bool(read.refine_steps))
+
+
+_DRAFT_SIZES = ("draft_vocab_size", "block_size", "target_layer_ids", "markov_rank", "draft_num_layers")
+
+
+def character_config(config: TinyPairConfig) -> TinyPairConfig:
+    """`config` with one token per character (`BYTE_VOCABULARY`) and the reading pair's draft vocabulary: the sizes
+    of the reader a pair with merges grows from."""
+    return dataclasses.replace(config, tokenizer_vocab_size=BYTE_VOCABULARY, vocab_size=None,
+                               draft_vocab_size=READING_PAIR["draft_vocab_size"])
+
+
+def _trained_reader(pair: Path | str, sizes: dict, options: dict, *, phase: str, refined: bool) -> FirstPhase:
+    """The reader of `pair` if its files match its manifest, its build stamp holds `sizes` and its reading options are
+    `options` (refined as `refined` says); else a ValueError naming what differs."""
     from utils.tiny.manifest import verify_pair_files
     from utils.tiny.reader import FirstPhase
 
     pair = Path(pair)
     manifest = verify_pair_files(pair)
-    built, wanted = manifest["build"], build_stamp(config)
-    sizes = [key for key in wanted if key != "builder_version" and built.get(key) != wanted[key]]
-    if sizes:
-        raise ValueError(f"{pair}: its target was built with other sizes ({', '.join(sizes)}); it cannot be the first "
-                         f"phase of this reader")
+    built = manifest["build"]
+    differing = [key for key in sizes if key != "builder_version" and built.get(key) != sizes[key]]
+    if differing:
+        raise ValueError(f"{pair}: its target was built with other sizes ({', '.join(differing)}); it cannot be the "
+                         f"{phase} this reader needs")
     if "read" not in built:
         raise ValueError(f"{pair}: its target was never trained to read")
-    wanted_read = read.first_phase_options()
-    options = [key for key in wanted_read if built["read"].get(key) != wanted_read[key]]
-    if options or built["read"].get("refine_steps"):
-        raise ValueError(f"{pair}: its reader was trained otherwise than this reader's first phase "
-                         f"({', '.join(options) or 'it was refined already'})")
+    differing = [key for key in options if built["read"].get(key) != options[key]]
+    if differing or bool(built["read"].get("refine_steps")) != refined:
+        reason = ", ".join(differing) or ("it was refined already" if not refined else "it was not refined")
+        raise ValueError(f"{pair}: its reader was trained otherwise than the {phase} this reader needs ({reason})")
     return FirstPhase(pair / "target", manifest["training"]["reading"])
 
 
@@ -126,7 +155,11 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
     if reader_from is not None and read is None:
         raise ValueError("build_tiny_pair: reader_from needs read (the reader it refines)")
     config = config or TinyPairConfig()
-    first_phase = first_phase_reader(reader_from, config, read) if reader_from is not None else None
+    if read is not None and read.merge_steps and config.tokenizer_vocab_size == BYTE_VOCABULARY:
+        raise ValueError("build_tiny_pair: a reader learns merges only with a tokenizer that has some "
+                         f"(tokenizer_vocab_size > {BYTE_VOCABULARY})")
+    start_from = character_reader if read is not None and read.merge_steps else first_phase_reader
+    first_phase = start_from(reader_from, config, read) if reader_from is not None else None
     out = Path(out)
     stamp, expected = out / BUILD_STAMP, build_stamp(config, pretrain=pretrain, read=read, distill=distill)
     if stamp.exists() and not overwrite:
@@ -152,10 +185,10 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
             pretrain_target(staging / "target", pretrain)
         reading = None
         if read is not None:
-            from utils.tiny.reader import mark_typewriter_reader, train_reader
+            from utils.tiny.reader import mark_typewriter_reader
 
-            reading = train_reader(staging / "target", read, first_phase=first_phase,
-                                   checkpoints=_checkpoints(checkpoint_dir, build_stamp(config, read=read)))
+            reading = _train_reading(staging, config, read, first_phase,
+                                     _checkpoints(checkpoint_dir, build_stamp(config, read=read)))
             mark_typewriter_reader(staging / "target")
         build_tiny_draft(config, tokenizer, staging / "draft")
         if distill is not None:
@@ -166,6 +199,28 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
         (staging / BUILD_STAMP).write_text(json.dumps(expected, indent=2) + "\n")
     return TinyPair(out, config, seconds=time.perf_counter() - start, pretrain=pretrain, distill=distill, read=read,
                     reading=reading)
+
+
+def _train_reading(staging: Path, config: TinyPairConfig, read: ReaderConfig, start: FirstPhase | None,
+                   checkpoints: Checkpoints | None) -> ReaderReport:
+    """Trains `staging/target` to read as `read` says, from `start` if given. With merges, a reader of one token per
+    character is trained first in a folder of its own (unless `start` is one), then grown into the target and taught
+    the merges (`train_merges`); its folder is removed, so the pair holds the grown reader alone."""
+    from utils.tiny.reader import FirstPhase, train_merges, train_reader
+
+    if not read.merge_steps:
+        return train_reader(staging / "target", read, first_phase=start, checkpoints=checkpoints)
+    if start is None:
+        from utils.tiny.target import build_tiny_target
+        from utils.tiny.tokenizer import train_tokenizer
+
+        folder = staging / "character-reader"
+        folder.mkdir()
+        build_tiny_target(character_config(config), train_tokenizer(BYTE_VOCABULARY), folder)
+        start = FirstPhase(folder, train_reader(folder, read, checkpoints=checkpoints).as_dict())
+    reading = train_merges(staging / "target", start, read, checkpoints=checkpoints)
+    shutil.rmtree(staging / "character-reader", ignore_errors=True)
+    return reading
 
 
 def _checkpoints(folder: Path | str | None, options: dict) -> Checkpoints | None:

@@ -31,8 +31,8 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -40,9 +40,9 @@ import numpy as np
 import torch
 
 from utils.evaluation.character_error_rate import character_error_rate
-from utils.pages.reading_pages import HARD_KINDS, ReadingPage, iter_reading_pages, reading_pages
+from utils.pages.reading_pages import HARD_KINDS, LAYOUT_KINDS, ReadingPage, iter_reading_pages, reading_pages
 from utils.contract.target import TARGET_CONFIG, TYPEWRITER_PAGE
-from utils.pages.typewriter import CELL, PAGE_ROWS, PAGE_WIDTH, Ink, grid_text, text_cells
+from utils.pages.typewriter import CELL, PAGE_ROWS, PAGE_WIDTH, Ink, grid_text, joined_reading, text_cells
 from utils.tiny.config import Checkpoints, ReaderConfig
 from utils.tiny.distill_data import prompt_inputs
 from utils.tiny.pretrain import zero_padding_rows
@@ -50,7 +50,8 @@ from utils.tiny.target import quiet_progress_bars
 from utils.tiny.training import quiet_single_thread, train_steps
 
 __all__ = ["ReadingScore", "ReaderReport", "FirstPhase", "READING_SLACK", "read_pages", "score_readings",
-           "answer_cells", "reading_losses", "add_precision_noise", "train_reader", "mark_typewriter_reader",
+           "answer_cells", "reading_losses", "add_precision_noise", "train_reader", "trimmed", "grow_vocabulary",
+           "train_merges", "mark_typewriter_reader",
            "reading_summary"]
 
 READING_SLACK = 8  # a reading may run this many tokens past the page's text before it is cut
@@ -207,6 +208,56 @@ class FirstPhase:
     report: dict  # what that training measured (`ReaderReport.as_dict`, from its pair's manifest)
 
 
+def trimmed(page: ReadingPage) -> ReadingPage:
+    """The page with the text a reader of unpadded rows writes: every row without its trailing spaces, the blank rows
+    after the last written one dropped (`joined_reading`)."""
+    return replace(page, text=joined_reading([page.text]))
+
+
+def grow_vocabulary(reader_dir: Path | str, target_dir: Path | str, *, seed: int = 0) -> None:
+    """Gives the target in `target_dir` the weights of the one-token-per-character reader in `reader_dir`.
+
+    The two must have the same sizes but the vocabulary, and the target's tokenizer must start with the reader's
+    tokens (a byte-level BPE keeps its bytes and special tokens first and appends its merges). Every weight is copied;
+    the embedding row of each merged token (tied: also its output row) starts as its first byte's, plus noise of
+    0.01, so the grown reader writes a merge where it wrote that byte, and its training only has to tell them apart.
+    The weights file of `target_dir` is rewritten. A ValueError names what does not fit.
+    """
+    from transformers import AutoModelForImageTextToText, AutoTokenizer
+
+    reader = AutoModelForImageTextToText.from_pretrained(reader_dir)
+    target = AutoModelForImageTextToText.from_pretrained(target_dir)
+    reader_tokens = AutoTokenizer.from_pretrained(reader_dir)
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    known = len(reader_tokens)
+    if tokenizer.convert_ids_to_tokens(list(range(known))) != reader_tokens.convert_ids_to_tokens(list(range(known))):
+        raise ValueError(f"{target_dir}: its tokenizer does not start with the {known} tokens of the reader in "
+                         f"{reader_dir}; a grown reader needs them at the same ids")
+    weights, grown = reader.state_dict(), target.state_dict()
+    differing = [name for name in grown if name not in weights or (
+        grown[name].shape != weights[name].shape and grown[name].shape[1:] != weights[name].shape[1:])]
+    if differing or grown.keys() != weights.keys():
+        raise ValueError(f"{target_dir}: the target is not the reader's architecture ({', '.join(differing[:3])})")
+    generator = torch.Generator().manual_seed(seed)
+    first_bytes = [tokenizer.convert_tokens_to_ids(tokenizer.convert_ids_to_tokens(index)[0])
+                   for index in range(known, len(tokenizer))]
+    rows = {}  # the grown rows of each embedding table (tied tables are one, and get one draw of noise)
+    for name, weight in weights.items():
+        if grown[name].shape == weight.shape:
+            grown[name] = weight
+            continue
+        if weight.data_ptr() not in rows:
+            table = torch.zeros_like(grown[name])
+            table[:known] = weight[:known]
+            table[known:len(tokenizer)] = weight[first_bytes] + 0.01 * torch.randn(
+                len(first_bytes), weight.shape[1], generator=generator)
+            rows[weight.data_ptr()] = table
+        grown[name] = rows[weight.data_ptr()]
+    target.load_state_dict(grown)
+    with quiet_progress_bars():
+        target.save_pretrained(target_dir)
+
+
 def _measured_steps(steps: int, points: int) -> set[int]:
     """The steps before which the curve is measured: evenly spaced, the first before any training."""
     return {steps * index // points for index in range(points)}
@@ -288,18 +339,78 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
     return ReaderReport(examples, train_seconds, losses[0], losses[-1], tuple(curve), held_out_score_by_kind)
 
 
+def train_merges(target_dir: Path | str, reader: FirstPhase, config: ReaderConfig,
+                 checkpoints: Checkpoints | None = None) -> ReaderReport:
+    """Teaches a one-token-per-character reader to write merged tokens and rows without their trailing spaces.
+
+    The reader in `reader.target` (trained as `config`'s first phases: `train_reader`) is grown into the target of
+    `target_dir`, whose tokenizer has merges (`grow_vocabulary`), and trained `config.merge_steps` steps on
+    `config.merge_kinds`, every page's text as such a reader writes it (`trimmed`), with a fresh optimiser and page
+    stream, `config.refine_unmoved_share` of the glyphs unmoved and the alignment of each token to the cells of its
+    characters (`reading_losses`). Nothing tells the reader where a row's text ends but the page: it must count every
+    space it writes from the glyphs, as a reader of laid-out text must.
+
+    Returns:
+        The `ReaderReport` of the whole reading: the first phases' curve and time (`reader.report`), then this
+        training's; its held-out score is measured as `train_reader`'s, on the trimmed pages.
+    """
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    checkpoints = checkpoints and checkpoints.stamped("read", config.options())
+    target_dir = Path(target_dir)
+    grow_vocabulary(reader.target, target_dir, seed=config.seed)
+    held_out = [trimmed(page) for page in reading_pages(config.held_out_pages, seed=config.seed, split="held-out")]
+    with quiet_single_thread():
+        torch.manual_seed(config.seed + _MERGE_SEED)
+        model = AutoModelForImageTextToText.from_pretrained(target_dir, attn_implementation="eager")
+        noise = add_precision_noise(model, config.precision_noise)
+        processor = AutoProcessor.from_pretrained(target_dir)
+
+        def held_out_score(pages: Sequence[ReadingPage] = held_out) -> ReadingScore:
+            model.eval()
+            score = score_readings(pages, read_pages(model, processor, pages, prompt=config.prompts[0]))
+            model.train()
+            return score
+
+        curve = [tuple(point) for point in reader.report["curve"][:-1]]
+        examples = reader.report["examples"]
+        losses, seconds = _train_phase(
+            model, processor, config, kinds=config.merge_kinds, steps=config.merge_steps,
+            learning_rate=config.merge_learning_rate, seed=config.seed + _MERGE_SEED, refining=True,
+            measured_at=_measured_steps(config.merge_steps, _REFINE_CHECKPOINTS), curve=curve, examples=examples,
+            held_out_score=held_out_score, checkpoints=checkpoints, page_text=trimmed, name="merge")
+        zero_padding_rows(model, tokenizer_size=len(processor.tokenizer))
+        examples += config.merge_steps * config.examples_per_step
+        for handle in noise:
+            handle.remove()
+        score = held_out_score()
+        curve.append((examples, score.cer))
+        by_kind = score.cer_by_kind
+        for kinds in (HARD_KINDS, LAYOUT_KINDS):
+            by_kind |= held_out_score([trimmed(page) for page in reading_pages(
+                config.held_out_pages, seed=config.seed, split="held-out", kinds=kinds)]).cer_by_kind
+        model.eval()
+        with quiet_progress_bars():
+            model.save_pretrained(target_dir)
+    return ReaderReport(examples, reader.report["train_seconds"] + seconds, reader.report["first_loss"], losses[-1],
+                        tuple(curve), ReadingScore(score.cer, by_kind, score.readings))
+
+
+_MERGE_SEED = 200  # added to the seed for the merge training's pages, prompts and glyph head: a stream of its own
 _REFINE_CHECKPOINTS = 2  # the curve's points during refining: its start and its middle (then the end)
 _REFINE_SEED = 100  # added to the seed for the refining's pages, prompts and glyph head: a stream of its own
 
 
 def _train_phase(model, processor, config: ReaderConfig, *, kinds: tuple[str, ...], steps: int, learning_rate: float,
                  seed: int, refining: bool, measured_at: set[int], curve: list, examples: int, held_out_score,
-                 checkpoints: Checkpoints | None) -> tuple[list[float], float]:
+                 checkpoints: Checkpoints | None, page_text: Callable[[ReadingPage], ReadingPage] = lambda page: page,
+                 name: str | None = None) -> tuple[list[float], float]:
     """One phase of `train_reader`: `steps` steps of `config.examples_per_step` pages of `kinds`, a glyph head of
     its own, the curve measured before each step of `measured_at` and appended to `curve`. Returns every step's loss
     and the training's seconds, the measuring's excluded. A refining phase leaves `config.refine_unmoved_share` of
-    its pages' glyphs unmoved (`Ink.random`); the first phase moves every glyph. With `checkpoints` it saves its
-    progress as `read` or `refine` and resumes from it, skipping the pages already drawn.
+    its pages' glyphs unmoved (`Ink.random`); the first phase moves every glyph. Each page is trained on as
+    `page_text` gives it (`trimmed`: rows as a reader of merges writes them). With `checkpoints` it saves its
+    progress as `name` (default `read` or `refine`) and resumes from it, skipping the pages already drawn.
 
     A refining phase's glyph head starts at zero: a random head on a trained reader's features would send
     gradients of a loss of about 15 into them; a zero head sends none until it has learnt something."""
@@ -308,8 +419,8 @@ def _train_phase(model, processor, config: ReaderConfig, *, kinds: tuple[str, ..
         torch.nn.init.zeros_(glyph_head.weight)
         torch.nn.init.zeros_(glyph_head.bias)
     unmoved_share = config.refine_unmoved_share if refining else 0.0
-    pages = iter_reading_pages(seed=seed, kinds=kinds, ink=partial(Ink.random, unmoved_share=unmoved_share),
-                               sparse_share=config.sparse_share)
+    pages = map(page_text, iter_reading_pages(seed=seed, kinds=kinds, sparse_share=config.sparse_share,
+                                              ink=partial(Ink.random, unmoved_share=unmoved_share)))
     prompts = np.random.default_rng(seed).integers(0, len(config.prompts), size=steps * config.examples_per_step)
     record = {"curve": [], "measuring": 0.0}  # this phase's points and the seconds spent measuring them
 
@@ -330,7 +441,7 @@ def _train_phase(model, processor, config: ReaderConfig, *, kinds: tuple[str, ..
     losses = train_steps([*model.parameters(), *glyph_head.parameters()], step_loss, steps=steps,
                          learning_rate=learning_rate, warmup_steps=config.warmup_steps,
                          desc=f"training the tiny target to read ({', '.join(dict.fromkeys(kinds))[:40]}...)",
-                         checkpoints=checkpoints, name="refine" if refining else "read",
+                         checkpoints=checkpoints, name=name or ("refine" if refining else "read"),
                          skip=lambda done: list(itertools.islice(pages, done * config.examples_per_step)),
                          record=record)
     curve.extend(tuple(point) for point in record["curve"])
