@@ -258,6 +258,25 @@ def grow_vocabulary(reader_dir: Path | str, target_dir: Path | str, *, seed: int
         target.save_pretrained(target_dir)
 
 
+def _reader_in_training(weights: Path, target_dir: Path, config: ReaderConfig, held_out: Sequence[ReadingPage]):
+    """The reader with the weights in `weights` (eager attention, whose weights the alignment reads) and the processor
+    of `target_dir`, its training's precision noise on, and a function that scores its greedy readings of pages (by
+    default `held_out`) in eval mode: (model, processor, noise handles, score)."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    model = AutoModelForImageTextToText.from_pretrained(weights, attn_implementation="eager")
+    noise = add_precision_noise(model, config.precision_noise)
+    processor = AutoProcessor.from_pretrained(target_dir)
+
+    def held_out_score(pages: Sequence[ReadingPage] = held_out) -> ReadingScore:
+        model.eval()
+        score = score_readings(pages, read_pages(model, processor, pages, prompt=config.prompts[0]))
+        model.train()
+        return score
+
+    return model, processor, noise, held_out_score
+
+
 def _measured_steps(steps: int, points: int) -> set[int]:
     """The steps before which the curve is measured: evenly spaced, the first before any training."""
     return {steps * index // points for index in range(points)}
@@ -286,8 +305,6 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
         A `ReaderReport`; its held-out score is measured on `config.held_out_pages` pages of `PAGE_KINDS` after
         training, and by kind on as many pages of `HARD_KINDS`.
     """
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
     config = config or ReaderConfig()
     checkpoints = checkpoints and checkpoints.stamped("read", config.options())
     target_dir = Path(target_dir)
@@ -297,17 +314,8 @@ def train_reader(target_dir: Path | str, config: ReaderConfig | None = None, *,
         phases.append((config.refine_steps, config.refine_kinds, config.refine_learning_rate, _REFINE_CHECKPOINTS))
     with quiet_single_thread():
         torch.manual_seed(config.seed)
-        model = AutoModelForImageTextToText.from_pretrained(first_phase.target if first_phase else target_dir,
-                                                            attn_implementation="eager")
-        noise = add_precision_noise(model, config.precision_noise)
-        processor = AutoProcessor.from_pretrained(target_dir)
-
-        def held_out_score(pages: Sequence[ReadingPage] = held_out) -> ReadingScore:
-            model.eval()
-            score = score_readings(pages, read_pages(model, processor, pages, prompt=config.prompts[0]))
-            model.train()
-            return score
-
+        model, processor, noise, held_out_score = _reader_in_training(
+            first_phase.target if first_phase else target_dir, target_dir, config, held_out)
         examples = first_phase.report["examples"] if first_phase else 0
         train_seconds = first_phase.report["train_seconds"] if first_phase else 0.0
         # the first phase's last point is the refining's first, measured again below
@@ -352,26 +360,16 @@ def train_merges(target_dir: Path | str, reader: FirstPhase, config: ReaderConfi
 
     Returns:
         The `ReaderReport` of the whole reading: the first phases' curve and time (`reader.report`), then this
-        training's; its held-out score is measured as `train_reader`'s, on the trimmed pages.
+        training's; its held-out score is measured as `train_reader`'s, on the trimmed pages, and by kind on as many
+        pages of `HARD_KINDS` and of `LAYOUT_KINDS`.
     """
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
     checkpoints = checkpoints and checkpoints.stamped("read", config.options())
     target_dir = Path(target_dir)
     grow_vocabulary(reader.target, target_dir, seed=config.seed)
     held_out = [trimmed(page) for page in reading_pages(config.held_out_pages, seed=config.seed, split="held-out")]
     with quiet_single_thread():
         torch.manual_seed(config.seed + _MERGE_SEED)
-        model = AutoModelForImageTextToText.from_pretrained(target_dir, attn_implementation="eager")
-        noise = add_precision_noise(model, config.precision_noise)
-        processor = AutoProcessor.from_pretrained(target_dir)
-
-        def held_out_score(pages: Sequence[ReadingPage] = held_out) -> ReadingScore:
-            model.eval()
-            score = score_readings(pages, read_pages(model, processor, pages, prompt=config.prompts[0]))
-            model.train()
-            return score
-
+        model, processor, noise, held_out_score = _reader_in_training(target_dir, target_dir, config, held_out)
         curve = [tuple(point) for point in reader.report["curve"][:-1]]
         examples = reader.report["examples"]
         losses, seconds = _train_phase(
