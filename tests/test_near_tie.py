@@ -70,10 +70,11 @@ def test_top2_gives_the_best_the_second_and_the_gap():
 
 
 class _Reader:
-    """Writes the page's text, one token per character (token = code point), as the tiny typewriter reader does."""
+    """Writes the page's text, one token per character (token = code point), as the tiny typewriter reader does
+    (`unpadded`: its rows without their trailing spaces, as a reader of merges writes them)."""
 
-    def __init__(self, lines):
-        self.text = "\n".join(lines)
+    def __init__(self, lines, unpadded=False):
+        self.text = "\n".join(line.rstrip() if unpadded else line for line in lines)
 
     def generate(self, image, prompt):
         return SimpleNamespace(tokens=[ord(char) for char in self.text])
@@ -82,16 +83,17 @@ class _Reader:
         return "".join(chr(token) for token in tokens)
 
 
-def _fake_logits(lines):
-    """next_token_logits of a fake target that reads the cell of token `len(prefix)`: how far its pixels are from
-    the look-alike's towards the glyph's (alpha, estimated) scores the glyph 10 * alpha and the look-alike
-    10 * (1 - alpha); a pipeline's `bias` is added to the look-alike's score (the reduced precision's move)."""
-    text = "\n".join(lines)
+def _fake_logits(lines, written=None):
+    """next_token_logits of a fake target that reads the cell of token `len(prefix)` of `written` (default: the
+    padded rows): how far its pixels are from the look-alike's towards the glyph's (alpha, estimated) scores the
+    glyph 10 * alpha and the look-alike 10 * (1 - alpha); a pipeline's `bias` is added to the look-alike's score (the
+    reduced precision's move)."""
+    written = written or "\n".join(lines)
 
     def logits(pipeline, image, prompt, prefix):
-        position = len(prefix)
-        row, column = divmod(position, len(lines[0]) + 1)
-        glyph, other = text[position], look_alike(text[position])
+        before = written[:len(prefix)]
+        row, column = before.count("\n"), len(before.rsplit("\n", 1)[-1])
+        glyph, other = written[len(prefix)], look_alike(written[len(prefix)])
         box = np.s_[row * CELL:(row + 1) * CELL, column * CELL:(column + 1) * CELL, 0]
         cell = np.asarray(image, np.float64)[box]
         a = np.asarray(render_typewriter_page(near_tie._with_char(lines, row, column, glyph)), np.float64)[box]
@@ -120,6 +122,17 @@ def test_the_near_tie_puts_the_margin_at_half_the_move_on_the_side_it_goes_again
     flipped = find_near_tie(reference, SimpleNamespace(bias=-0.2), _Reader(lines), lines, prompt=PROMPT,
                             min_change=0.05)
     assert (flipped.winner, flipped.runner_up) == (ord("8"), ord("B")) and flipped.margin > 0 > flipped.change
+
+
+def test_the_near_tie_finds_its_cell_in_a_reading_of_unpadded_rows(monkeypatch):
+    """A reader of merges writes rows without their trailing spaces: the cell's token is found by the rows it wrote,
+    not by the page's width."""
+    lines = ["    ", "Be  "]
+    reader = _Reader(lines, unpadded=True)
+    monkeypatch.setattr(near_tie, "next_token_logits", _fake_logits(lines, reader.text))
+    tie = find_near_tie(SimpleNamespace(bias=0.0), SimpleNamespace(bias=0.2), reader, lines, prompt=PROMPT,
+                        min_change=0.05)
+    assert tie.cell == (1, 0) and tie.position == 1 and tie.prefix == (ord("\n"),) and tie.glyphs == ("B", "8")
 
 
 def test_the_near_tie_search_says_when_no_cell_moves_enough(monkeypatch):

@@ -269,8 +269,10 @@ def find_near_tie(reference, reduced, reader, lines: Sequence[str], *, prompt: s
     """
     page = render_typewriter_page(list(lines))
     text = reader.generate(page, prompt).tokens
-    starts = np.cumsum([0] + [len(reader.token_text([token])) for token in text])  # each token's first character
-    width = len(lines[0]) + 1  # a row and its line break
+    pieces = [reader.token_text([token]) for token in text]
+    starts = np.cumsum([0] + [len(piece) for piece in pieces])  # each token's first character
+    # where each row starts in the reading: its rows as written (padded to the page's width, or not)
+    row_starts = np.cumsum([0] + [len(row) + 1 for row in "".join(pieces).split("\n")])
     tried = 0
     cells = ((row, column) for row, line in enumerate(lines) for column, char in enumerate(line) if char != " ")
     for row, column in cells:
@@ -278,8 +280,10 @@ def find_near_tie(reference, reduced, reader, lines: Sequence[str], *, prompt: s
             break
         tried += 1
         glyph, other = lines[row][column], look_alike(lines[row][column])
-        position = int(np.searchsorted(starts, row * width + column, side="right")) - 1
-        if position >= len(text) or glyph not in reader.token_text([text[position]]):
+        if row >= len(row_starts) - 1:
+            continue  # the reader wrote no such row
+        position = int(np.searchsorted(starts, row_starts[row] + column, side="right")) - 1
+        if position >= len(text) or glyph not in pieces[position]:
             continue  # the reader did not write this glyph here
         prefix, token_a = text[:position], text[position]
         page_b = render_typewriter_page(_with_char(lines, row, column, other))
