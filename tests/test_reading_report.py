@@ -50,8 +50,12 @@ def test_a_random_reading_pair_is_measured_in_every_setting(reading_pair, tmp_pa
     shape = figures["another_shape"]
     assert "reads only typewriter pages" in shape["notice"] and shape["image_size"] == [17 * CELL, 3 * CELL]
     assert shape["tokens"] <= 3 * 17 + TYPEWRITER_SLACK
+    mechanisms = figures["mechanisms"]  # what each DSpark mechanism changes, on the held-out and written pages
+    assert mechanisms["pages"] == 2 + 1 and set(mechanisms["readings"]) == {"top_k_scorer", "dense_walk", "argmax"}
+    assert mechanisms["confidence"]["rejected_drafts"] == mechanisms["summary"]["rejections"]
     summary = reading_report_summary(figures)
     assert "CLI defaults" in summary and "a font never trained on" in summary and "notice: yes" in summary
+    assert "DSpark's mechanisms on the held-out and hand-written pages (3)" in summary and "walk_over_argmax" in summary
     assert "look-alike glyphs (7 pages" in summary and "digit grids (1 pages)" in summary
 
 

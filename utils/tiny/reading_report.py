@@ -20,6 +20,7 @@ manifest (`utils.tiny.manifest`).
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 from collections.abc import Sequence
@@ -27,10 +28,12 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
+from utils.checkpoint.draft import LOCAL_TO_TARGET
 from utils.engine.decoder import DEFAULT_CONFIDENCE_THRESHOLD
 from utils.evaluation.acceptance import confidence_auc, scored_positions
 from utils.evaluation.character_error_rate import character_error_rate, row_slip
 from utils.evaluation.glyph_confusion import glyph_confusion
+from utils.evaluation.mechanisms import goal_lines, mechanism_figures
 from utils.pages.hard_pages import DIGIT_GRID_PAGES, LOOK_ALIKE_PAGES_PER_SIZE, digit_grid_pages, look_alike_pages
 from utils.pages.reading_pages import TRAINING_KINDS, ReadingPage, reading_pages
 from utils.pages.typewriter import page_text, render_typewriter_page
@@ -170,6 +173,8 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
         shape_page = another_shape_page()
         shape = default.generate(shape_page.image, confidence_threshold=DEFAULT_CONFIDENCE_THRESHOLD)
         precision = default.inference_precision
+        vocabulary = json.loads((root / "draft" / LOCAL_TO_TARGET).read_text())
+        mechanisms = mechanism_figures(default, held_out + written, vocabulary)
     truth_f32 = alone["f32"].pop("texts")
     truth_default = alone["default"].pop("texts")
     alone["f32"]["readings"] = truth_f32  # the one reading every CPU must give: what a test reads again
@@ -200,6 +205,7 @@ def measure_reading(root: Path | str, *, pages: int = READING_PAGES, device: str
         "another_shape": {"image_size": list(shape_page.image.size), "notice": shape.notice,
                           "tokens": shape.metrics.num_generated_tokens, "reading": shape.texts[0],
                           "cer": round(character_error_rate([(shape.texts[0], shape_page.text)]), 4)},
+        "mechanisms": mechanisms,
     }
 
 
@@ -238,4 +244,7 @@ def reading_report_summary(figures: dict) -> str:
     lines.append(f"    an image of another shape ({shape['image_size'][0]} x {shape['image_size'][1]} px): "
                  f"{shape['tokens']} tokens, notice: {'yes' if shape['notice'] else 'NO'}")
     lines.append(f"    a font never trained on (PIL's default, 24 px): CER {figures['unseen_font']['cer']:.1%}")
+    if "mechanisms" in figures:  # manifests written before they were measured have none
+        lines.append(f"    DSpark's mechanisms on the held-out and hand-written pages ({figures['mechanisms']['pages']}):")
+        lines += [f"      {line}" for line in goal_lines(figures["mechanisms"]["summary"])]
     return "\n".join(lines)
