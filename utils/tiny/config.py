@@ -138,12 +138,13 @@ READING_DISTILL = {"page_style": "typewriter", "prompts": (DEFAULT_PROMPT,), "ma
 
 
 # A pair in the real pair's regime (`python -m utils.tiny --read --merges`): the reading pair's sizes with a byte-level
-# BPE of 768 tokens (1.8 characters a token on the sample pages), a draft that predicts half of them (the tokens its
-# training answers use most, at least 4 x 64 so that a Top-64 walk is an approximation) and 15 drafts a block, as the
-# real pair; the reader learns the merges and unpadded rows after reading one token per character (`merge_steps`),
-# and the draft distils on the pages it learnt them on (`MERGING_KINDS`).
-MERGING_PAIR = {"tokenizer_vocab_size": 768, "draft_vocab_size": 384, "block_size": 15}
-MERGING_READ = {"merge_steps": 3000}
+# BPE of 512 tokens (1.4 to 1.6 characters a token on the pages the suite reads), a draft that predicts half of them
+# (the tokens its training answers use most: 4 x 64, so that a Top-64 walk is an approximation) and 15 drafts a block,
+# as the real pair; the reader learns the merges and unpadded rows after reading one token per character
+# (`merge_steps`), and the draft distils on the pages it learnt them on (`MERGING_KINDS`). With 768 tokens the reader
+# learnt slower (docs/tiny-pair.md).
+MERGING_PAIR = {"tokenizer_vocab_size": 512, "draft_vocab_size": 256, "block_size": 15}
+MERGING_READ = {"merge_steps": 12000}  # about 100 minutes on one core
 MERGING_DISTILL = {"page_kinds": MERGING_KINDS}
 
 
