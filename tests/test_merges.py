@@ -117,3 +117,27 @@ def test_the_merges_train_the_grown_reader_and_continue_the_reading_s_curve(rand
 
     weights = load_file(target / "model.safetensors")
     assert weights["model.language_model.embed_tokens.weight"].shape[0] == MERGING.vocab_size
+
+
+def test_the_letters_pre_tokenizer_merges_inside_words_only_and_keeps_the_byte_ids():
+    """Every digit and every space a token of its own, merges inside runs of letters and of punctuation; its first
+    ids are the one-token-per-character tokenizer's, so a reader of characters grows into it; an unknown
+    pre-tokenizer is refused by name."""
+    from utils.tiny.tokenizer import train_tokenizer
+
+    letters, gpt2 = train_tokenizer(512, pre_tokenizer="letters"), train_tokenizer(512)
+    text = "Total    12.50\n  the cat"
+    pieces = letters.tokenize(text)
+    assert letters.decode(letters(text, add_special_tokens=False).input_ids) == text
+    assert pieces.count("Ġ") == text.count(" ") and all(piece in ("1", "2", "5", "0") for piece in pieces if piece.isdigit())
+    assert any(len(piece) > 1 and piece.isalpha() for piece in pieces)
+    assert any(len(piece) > 1 and set(piece) == {"Ġ"} for piece in gpt2.tokenize(text))  # GPT-2's merges spaces
+    byte = train_tokenizer(BYTE_VOCABULARY)
+    ids = list(range(BYTE_VOCABULARY))
+    assert letters.convert_ids_to_tokens(ids) == byte.convert_ids_to_tokens(ids)
+    with pytest.raises(ValueError, match="pre_tokenizer='bpe'"):
+        train_tokenizer(512, pre_tokenizer="bpe")
+    with pytest.raises(ValueError, match="pre_tokenizer"):
+        TinyPairConfig(pre_tokenizer="bpe")
+    assert "pre_tokenizer" not in TinyPairConfig().options()  # pairs built before the option record none
+    assert TinyPairConfig(pre_tokenizer="letters").options()["pre_tokenizer"] == "letters"

@@ -93,10 +93,10 @@ _DRAFT_SIZES = ("draft_vocab_size", "block_size", "target_layer_ids", "markov_ra
 
 
 def character_config(config: TinyPairConfig) -> TinyPairConfig:
-    """`config` with one token per character (`BYTE_VOCABULARY`) and the reading pair's draft vocabulary: the sizes
-    of the reader a pair with merges grows from."""
+    """`config` with one token per character (`BYTE_VOCABULARY`, which no pre-tokenizer changes) and the reading
+    pair's draft vocabulary: the sizes of the reader a pair with merges grows from."""
     return dataclasses.replace(config, tokenizer_vocab_size=BYTE_VOCABULARY, vocab_size=None,
-                               draft_vocab_size=READING_PAIR["draft_vocab_size"])
+                               draft_vocab_size=READING_PAIR["draft_vocab_size"], pre_tokenizer="gpt2")
 
 
 def _trained_reader(pair: Path | str, sizes: dict, options: dict, *, phase: str, refined: bool) -> FirstPhase:
@@ -175,7 +175,7 @@ def build_tiny_pair(out: Path | str, config: TinyPairConfig | None = None, *, pr
 
     start = time.perf_counter()
     with atomic_directory(out, overwrite=True) as staging:
-        tokenizer = train_tokenizer(config.tokenizer_vocab_size)
+        tokenizer = train_tokenizer(config.tokenizer_vocab_size, pre_tokenizer=config.pre_tokenizer)
         (staging / "target").mkdir()
         (staging / "draft").mkdir()
         build_tiny_target(config, tokenizer, staging / "target")

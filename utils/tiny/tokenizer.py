@@ -6,7 +6,7 @@ from pathlib import Path
 
 from utils.pages.samples import CORPUS_PATH
 
-__all__ = ["SPECIAL_TOKENS", "BYTE_VOCABULARY", "MULTIMODAL_TOKENS", "EOS_TOKEN", "PAD_TOKEN", "MASK_TOKEN",
+__all__ = ["PRE_TOKENIZERS", "SPECIAL_TOKENS", "BYTE_VOCABULARY", "MULTIMODAL_TOKENS", "EOS_TOKEN", "PAD_TOKEN", "MASK_TOKEN",
            "CHAT_TEMPLATE", "train_tokenizer"]
 
 
@@ -44,21 +44,34 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(vocab_size: int, *, corpus_path: Path = CORPUS_PATH):
+# How text is split before merges are learnt (`TinyPairConfig.pre_tokenizer`): "gpt2", GPT-2's pattern (a word with
+# the space before it, runs of digits, runs of spaces), or "letters": merges only inside runs of letters and of
+# punctuation, every digit and every space a token of its own, as Qwen keeps its digits. A reader of rows without their
+# padding then counts blank cells one token at a time, as it reads digits.
+PRE_TOKENIZERS = ("gpt2", "letters")
+_LETTERS = r"\p{L}+|\p{N}|[^\s\p{L}\p{N}]+|\s"
+
+
+def train_tokenizer(vocab_size: int, *, corpus_path: Path = CORPUS_PATH, pre_tokenizer: str = "gpt2"):
     """Trains a byte-level BPE on the shipped corpus and wraps it as a transformers tokenizer.
 
     Args:
         vocab_size: size of the trained vocabulary, special tokens included.
         corpus_path: the text to learn merges from.
+        pre_tokenizer: how text is split before merging (`PRE_TOKENIZERS`).
 
     Returns:
         A `transformers.TokenizersBackend` with the chat template, EOS/pad and the multimodal special tokens.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import TokenizersBackend
 
+    if pre_tokenizer not in PRE_TOKENIZERS:
+        raise ValueError(f"pre_tokenizer={pre_tokenizer!r}: choose one of {', '.join(PRE_TOKENIZERS)}")
     bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.pre_tokenizer = (pre_tokenizers.ByteLevel(add_prefix_space=False) if pre_tokenizer == "gpt2" else
+                         pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(_LETTERS), behavior="isolated"),
+                                                  pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]))
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
