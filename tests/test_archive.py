@@ -54,6 +54,18 @@ def archive(tmp_path, reader):
     return folder, texts
 
 
+@pytest.fixture
+def long_archive(tmp_path, reader):
+    """Twenty-six typed pages and a broken file: a run is still far from its end seconds after its first record, so
+    a signal sent then lands mid-run however slowly a loaded machine schedules the test that sends it (with six
+    pages, two workers could finish the archive first)."""
+    folder = tmp_path / "long-archive"
+    typed = write_sample_archive(folder, images=24, pdf_pages=2)
+    texts = _one_by_one(reader, folder)
+    assert texts.keys() == typed.keys()
+    return folder, texts
+
+
 def _records(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -195,8 +207,8 @@ def test_a_run_killed_mid_archive_resumes_with_every_page_once_and_the_texts_of_
 
 
 @pytest.mark.slow
-def test_ctrl_c_on_worker_processes_is_one_line_exit_130_and_the_same_command_resumes(archive, tmp_path):
-    folder, texts = archive
+def test_ctrl_c_on_worker_processes_is_one_line_exit_130_and_the_same_command_resumes(long_archive, tmp_path):
+    folder, texts = long_archive
     out = tmp_path / "results.jsonl"
     arguments = [str(folder), "--out", str(out), "--precision", "f32", "--device", "CPU", "--workers", "2", "--quiet"]
     run = subprocess.Popen([sys.executable, "-m", "utils.ocr", *arguments], cwd=REPO_ROOT, text=True,
