@@ -99,10 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         sizes = (dict(READING_PAIR) if args.read else {}) | (MERGING_PAIR if args.merges else {})
         sizes |= {name: getattr(args, name) for name in ("tokenizer_vocab_size", "draft_vocab_size", "block_size")
                   if getattr(args, name) is not None}
-        config = TinyPairConfig(seed=args.seed, vocab_size=args.vocab_size, target_layer_ids=tuple(args.target_layer_ids),
-                                markov_rank=args.markov_rank, **sizes)
+        config = TinyPairConfig(seed=args.seed, vocab_size=args.vocab_size,
+                                target_layer_ids=tuple(args.target_layer_ids), markov_rank=args.markov_rank, **sizes)
         pretrain = PretrainConfig(steps=args.pretrain_steps) if args.pretrain else None
-        merges = MERGING_READ | ({"merge_steps": args.merge_steps} if args.merge_steps else {}) if args.merges else {}
+        merges = (MERGING_READ | ({"merge_steps": args.merge_steps} if args.merge_steps else {})) if args.merges else {}
         read = ReaderConfig(steps=args.read_steps, refine_steps=args.refine_steps,
                             held_out_pages=args.read_held_out_pages, **merges) if args.read else None
         distill_options = (dict(READING_DISTILL) if args.read else {}) | (MERGING_DISTILL if args.merges else {})

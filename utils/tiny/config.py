@@ -17,16 +17,20 @@ from utils.pages.typewriter import PAGE_CELLS
 from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 from utils.tiny.tokenizer import BYTE_VOCABULARY, PRE_TOKENIZERS
 
-__all__ = ["BUILD_STAMP", "READING_PAIR", "READING_DISTILL", "MERGING_PAIR", "MERGING_READ", "MERGING_DISTILL", "TinyPairConfig", "PretrainConfig", "ReaderConfig",
-           "DistillConfig", "Checkpoints", "BUILDER_VERSION"]
+__all__ = ["BUILD_STAMP", "READING_PAIR", "READING_DISTILL", "MERGING_PAIR", "MERGING_READ", "MERGING_DISTILL",
+           "TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig", "Checkpoints", "BUILDER_VERSION"]
 
 BUILD_STAMP = "tiny-pair.json"  # written into every pair folder: the options it was built with
 BUILDER_VERSION = 5  # bump when the builder's output changes, so pairs built by older code are rebuilt
 
 
-def _json_ready(options) -> dict:
+def _json_ready(options, *, unrecorded: dict | None = None) -> dict:
+    """`options` as JSON-ready values, leaving out each option of `unrecorded` (name -> default) that has its default:
+    an option added later is not recorded at its default, so the stamps of pairs built before it stay the same."""
+    unrecorded = unrecorded or {}
     return {key: (list(value) if isinstance(value, tuple) else value)
-            for key, value in dataclasses.asdict(options).items()}
+            for key, value in dataclasses.asdict(options).items()
+            if key not in unrecorded or getattr(options, key) != unrecorded[key]}
 
 
 def _check_counts_and_prompts(options, counts: tuple[str, ...]) -> None:
@@ -118,8 +122,7 @@ class TinyPairConfig:
 
     def options(self) -> dict:
         """Every option, JSON-ready; GPT-2's pre-tokenizer is not recorded, as pairs built before the option did not."""
-        options = _json_ready(self)
-        return options if self.pre_tokenizer != "gpt2" else {k: v for k, v in options.items() if k != "pre_tokenizer"}
+        return _json_ready(self, unrecorded={"pre_tokenizer": "gpt2"})
 
     def to_json(self) -> dict:
         """The build stamp: the options and the builder version."""
@@ -142,9 +145,9 @@ READING_DISTILL = {"page_style": "typewriter", "prompts": (DEFAULT_PROMPT,), "ma
 
 
 # A pair in the real pair's regime (`python -m utils.tiny --read --merges`): the reading pair's sizes with a byte-level
-# BPE of 512 tokens (1.4 to 1.6 characters a token on the pages the suite reads), a draft that predicts half of them
-# (the tokens its training answers use most: 4 x 64, so that a Top-64 walk is an approximation) and 15 drafts a block,
-# as the real pair; the reader learns the merges and unpadded rows after reading one token per character
+# BPE of 512 tokens merging inside words only (1.2 characters a token on `MERGING_KINDS`' pages), a draft of half of
+# them (the tokens its training answers use most: 4 x 64, so that a Top-64 walk is an approximation) and 15 drafts a
+# block, as the real pair; the reader learns the merges and unpadded rows after reading one token per character
 # (`merge_steps`), and the draft distils on the pages it learnt them on (`MERGING_KINDS`). With 768 tokens the reader
 # learnt slower; with GPT-2's pre-tokenizer it lost its place in runs of spaces merged into one token (docs/tiny-pair.md).
 MERGING_PAIR = {"tokenizer_vocab_size": 512, "draft_vocab_size": 256, "block_size": 15, "pre_tokenizer": "letters"}
@@ -347,7 +350,5 @@ class DistillConfig:
         """Every option, JSON-ready (recorded in the pair's build stamp); a draft distilled with every glyph moved
         records no `unmoved_share`, and one distilled on `TRAINING_KINDS` no `page_kinds`, as drafts did before the
         options existed."""
-        left_out = {"unmoved_share": 0.0, "page_kinds": TRAINING_KINDS}
-        return {key: value for key, value in _json_ready(self).items()
-                if key not in left_out or getattr(self, key) != left_out[key]}
+        return _json_ready(self, unrecorded={"unmoved_share": 0.0, "page_kinds": TRAINING_KINDS})
 

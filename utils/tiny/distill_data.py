@@ -26,7 +26,8 @@ from utils.pages.reading_pages import TRAINING_KINDS, iter_reading_pages
 from utils.pages.typewriter import CELL, Ink, text_cells
 from utils.reference.speculative import TargetRunner
 
-__all__ = ["DistillSequence", "answer_token_cells", "prompt_inputs", "training_lines", "training_passages", "training_pages", "collect_sequences"]
+__all__ = ["DistillSequence", "answer_token_cells", "prompt_inputs", "training_lines", "training_passages",
+           "training_pages", "collect_sequences"]
 
 
 @dataclass(frozen=True)
