@@ -28,8 +28,8 @@ from utils.pages.samples import CORPUS_PATH, SamplePage, sample_rows
 from utils.pages.typewriter import GLYPHS, PAGE_ROWS, PAGE_WIDTH, Ink, fit_page, page_text, render_typewriter_page
 
 __all__ = ["PAGE_KINDS", "UNPREDICTABLE_KINDS", "TRAINING_KINDS", "HARD_KINDS", "REFINING_KINDS", "LAYOUT_KINDS",
-           "MERGING_KINDS", "LOOK_ALIKE_CLASSES", "SPLITS", "SAMPLE_SEED", "SAMPLE_PAGE_COUNT", "ReadingPage", "iter_reading_pages", "reading_pages",
-           "line_split", "sample_pages", "unpredictable_sample_pages"]
+           "MERGING_KINDS", "LOOK_ALIKE_CLASSES", "SPLITS", "SAMPLE_SEED", "SAMPLE_PAGE_COUNT", "ReadingPage",
+           "iter_reading_pages", "reading_pages", "line_split", "sample_pages", "unpredictable_sample_pages"]
 
 SPLITS = ("train", "held-out")
 _HELD_OUT_SHARE = 8  # one row in 8 belongs to the held-out split

@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # the reader imports torch; the builder imports it only when 
     from utils.tiny.reader import FirstPhase, ReaderReport
 
 __all__ = ["TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig", "TinyPair", "build_tiny_pair",
-           "build_stamp", "first_phase_reader", "character_reader", "character_config", "shipped_recipe", "default_pair", "BUILD_STAMP", "SHIPPED_PAIR_DIR"]
+           "build_stamp", "first_phase_reader", "character_reader", "character_config", "shipped_recipe",
+           "default_pair", "BUILD_STAMP", "SHIPPED_PAIR_DIR"]
 
 SHIPPED_PAIR_DIR = Path(__file__).resolve().parent / "default"  # the default pair, shipped in the repository
 

@@ -245,6 +245,7 @@ def reading_report_summary(figures: dict) -> str:
                  f"{shape['tokens']} tokens, notice: {'yes' if shape['notice'] else 'NO'}")
     lines.append(f"    a font never trained on (PIL's default, 24 px): CER {figures['unseen_font']['cer']:.1%}")
     if "mechanisms" in figures:  # manifests written before they were measured have none
-        lines.append(f"    DSpark's mechanisms on the held-out and hand-written pages ({figures['mechanisms']['pages']}):")
+        measured = figures["mechanisms"]["pages"]
+        lines.append(f"    DSpark's mechanisms on the held-out and hand-written pages ({measured}):")
         lines += [f"      {line}" for line in goal_lines(figures["mechanisms"]["summary"])]
     return "\n".join(lines)

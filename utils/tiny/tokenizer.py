@@ -6,8 +6,8 @@ from pathlib import Path
 
 from utils.pages.samples import CORPUS_PATH
 
-__all__ = ["PRE_TOKENIZERS", "SPECIAL_TOKENS", "BYTE_VOCABULARY", "MULTIMODAL_TOKENS", "EOS_TOKEN", "PAD_TOKEN", "MASK_TOKEN",
-           "CHAT_TEMPLATE", "train_tokenizer"]
+__all__ = ["PRE_TOKENIZERS", "SPECIAL_TOKENS", "BYTE_VOCABULARY", "MULTIMODAL_TOKENS", "EOS_TOKEN", "PAD_TOKEN",
+           "MASK_TOKEN", "CHAT_TEMPLATE", "train_tokenizer"]
 
 
 EOS_TOKEN = "<|im_end|>"
