@@ -20,7 +20,8 @@ from utils.tiny import BUILD_STAMP, DistillConfig, ReaderConfig, TinyPairConfig,
 from utils.tiny.__main__ import main as tiny_cli
 from utils.tiny.config import READING_PAIR
 from utils.tiny.distill_data import prompt_inputs
-from utils.tiny.reader import add_precision_noise, answer_cells, read_pages, reading_losses, score_readings
+from utils.tiny.reader import (add_precision_noise, answer_cells, read_pages, reading_losses, score_readings,
+                               slot_cells)
 from utils.tiny.tokenizer import BYTE_VOCABULARY
 from utils.tiny.training import quiet_single_thread, train_steps
 
@@ -450,3 +451,37 @@ def test_refine_options_are_checked():
     assert unrefined.options() == unrefined.first_phase_options()  # an unrefined reader's stamp as before
     refined = ReaderConfig(refine_steps=9).options()
     assert refined["refine_steps"] == 9 and ReaderConfig().first_phase_options().items() <= refined.items()
+
+
+def test_slot_cells_give_head_h_the_tokens_character_h_then_those_after_it():
+    """Tokens of 3, 1 and 2 characters, then EOS at cell 9: head h of a token's writer looks at its character h,
+    past the token's end at the next token's characters, past the text's end at EOS's cell."""
+    spans = [[0, 1, 2], [3], [4, 5], [9]]
+    assert slot_cells(spans, heads=4).tolist() == [[0, 3, 4, 9], [1, 4, 5, 9], [2, 5, 9, 9], [3, 9, 9, 9]]
+    assert slot_cells([[cell] for cell in range(4)], heads=1).tolist() == [[0, 1, 2, 3]]
+
+
+def test_slots_change_the_alignment_alone_and_align_every_head_by_its_own_cell(merging_model):
+    """With merges, aligning by slots changes the alignment loss only; it is the negative log of the attention each
+    head pays to its slot's cell (`slot_cells`), a mean over the full-attention layers, heads and tokens."""
+    model, head, processor = merging_model
+    lines = fit_page(["The cat  sat", "  on 12.50"])
+    page = ReadingPage("word", "The cat  sat\n  on 12.50", render_typewriter_page(lines))
+    by_cells = reading_losses(model, head, processor, page, SAMPLE_PROMPTS[0])
+    by_slots = reading_losses(model, head, processor, page, SAMPLE_PROMPTS[0], slots=True)
+    assert torch.equal(by_cells[0], by_slots[0]) and torch.equal(by_cells[1], by_slots[1])
+    assert by_slots[2].item() != by_cells[2].item()
+    width, rows = page.image.width // CELL - 1, page.image.height // CELL
+    answer, spans = answer_cells(processor.tokenizer, page.text, width=width, rows=rows)
+    inputs = prompt_inputs(processor, page.image, SAMPLE_PROMPTS[0])
+    ids = torch.cat((inputs["input_ids"], torch.tensor([answer])), dim=1)
+    with torch.no_grad():
+        attentions = model(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=inputs["pixel_values"],
+                           target_sizes=inputs["target_sizes"], output_attentions=True).attentions
+    images = (ids[0] == model.config.image_token_id).nonzero()[:, 0].tolist()
+    start = inputs["input_ids"].shape[1] - 1
+    looked_at = slot_cells(spans, heads=model.config.text_config.num_attention_heads)
+    expected = -torch.stack([torch.stack([torch.log(layer[0, h, start + t, images[looked_at[h, t]]] + 1e-6)
+                                          for h in range(looked_at.shape[0]) for t in range(len(answer))]).mean()
+                             for layer in attentions if layer is not None]).mean()
+    assert torch.allclose(by_slots[2], expected, atol=1e-5)

@@ -15,7 +15,10 @@ about 40 minutes when four things hold (`docs/tiny-pair.md` has the learning cur
    learns only through the answer, which is slow.
 4. **An alignment signal in training only.** The language model's full-attention layers are told where to look:
    the position that writes character k attends to image token k (`alignment_weight`, the negative log of that
-   attention weight, in every head; for a token of several characters, of its summed weight on their cells).
+   attention weight, in every head). A reader of merged tokens is told it by slots (`slot_cells`): head h looks at
+   character h of its token, and past the token's end at the characters after it, so that the heads hand it the
+   token's glyphs in order and what follows. Told only "look at the token's cells", heads summed the glyphs of a
+   merge: teacher-forced, such a reader wrote the first character alone or guessed the rest (`docs/tiny-pair.md`).
    Nothing of this reaches inference: positions stay the engine's ordinary sequential ones, and the head and the
    loss are dropped when training ends.
 
@@ -50,7 +53,8 @@ from utils.tiny.target import quiet_progress_bars
 from utils.tiny.training import quiet_single_thread, train_steps
 
 __all__ = ["ReadingScore", "ReaderReport", "FirstPhase", "READING_SLACK", "read_pages", "score_readings",
-           "answer_cells", "reading_losses", "add_precision_noise", "train_reader", "trimmed", "grow_vocabulary",
+           "answer_cells", "slot_cells", "reading_losses", "add_precision_noise", "train_reader", "trimmed",
+           "grow_vocabulary",
            "train_merges", "mark_typewriter_reader",
            "reading_summary"]
 
@@ -128,6 +132,23 @@ def answer_cells(tokenizer, text: str, *, width: int, rows: int) -> tuple[list[i
     return [*encoded.input_ids, tokenizer.eos_token_id], [*spans, cells[-1:]]
 
 
+def slot_cells(spans: Sequence[Sequence[int]], heads: int) -> torch.Tensor:
+    """The cell each attention head of a token's writer is told to look at (`reading_losses` with `slots`): head h
+    at character h of the token, counted on from its first; past the page's last character, the EOS cell.
+
+    Args:
+        spans: the cells each answer token writes (`answer_cells`), EOS's last.
+        heads: the query heads of a full-attention layer.
+
+    Returns:
+        LongTensor [heads, tokens]: a cell index for every head and answer token.
+    """
+    cells = [cell for span in spans for cell in span]
+    starts = itertools.accumulate((len(span) for span in spans[:-1]), initial=0)
+    return torch.tensor([[cells[min(start + head, len(cells) - 1)] for head in range(heads)]
+                         for start in starts]).T
+
+
 def _glyph_labels(tokenizer, text: str, *, width: int, rows: int) -> list[int]:
     """What the glyph head names at every cell of the page: the byte-level token of its character in the page's grid
     (`grid_text`: blank cells are spaces, each row's last column a line break), EOS at the last cell, whatever
@@ -141,8 +162,8 @@ def _glyph_labels(tokenizer, text: str, *, width: int, rows: int) -> list[int]:
     return [*(byte_token[char] for char in grid), tokenizer.eos_token_id]
 
 
-def reading_losses(model, glyph_head: torch.nn.Linear, processor, page: ReadingPage, prompt: str
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def reading_losses(model, glyph_head: torch.nn.Linear, processor, page: ReadingPage, prompt: str, *,
+                   slots: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The three losses of one page: the answer's cross-entropy, the glyph head's and the attention alignment's.
 
     Args:
@@ -152,6 +173,7 @@ def reading_losses(model, glyph_head: torch.nn.Linear, processor, page: ReadingP
         page: a typewriter page at the processor's own scale: image token k is cell k of its grid; its text may
             leave out trailing spaces and blank rows (`text_cells`).
         prompt: the user prompt.
+        slots: align each head with one character (`slot_cells`) instead of every head with the token's cells.
 
     Returns:
         (answer loss, glyph loss, alignment loss): the answer's cross-entropy, a mean over its tokens; the glyph
@@ -177,11 +199,16 @@ def reading_losses(model, glyph_head: torch.nn.Linear, processor, page: ReadingP
     answer_loss = torch.nn.functional.cross_entropy(output.logits[0, writers], torch.tensor(answer))
     glyphs = torch.tensor(_glyph_labels(tokenizer, page.text, width=columns - 1, rows=rows))
     glyph_loss = torch.nn.functional.cross_entropy(glyph_head(output.hidden_states[0][0, image_positions]), glyphs)
-    shown = torch.zeros(len(answer), len(image_positions))  # [answer tokens, cells]: 1 where the token writes the cell
-    for token, cells in enumerate(spans):
-        shown[token, cells] = 1.0
-    attentions = [weights[0] for weights in output.attentions if weights is not None]  # [heads, S, S] per layer
-    attended = [(weights[:, writers][:, :, image_positions] * shown).sum(-1) for weights in attentions]
+    attentions = [weights[0][:, writers][:, :, image_positions] for weights in output.attentions
+                  if weights is not None]  # [heads, answer tokens, cells] per full-attention layer
+    if slots:
+        looked_at = slot_cells(spans, heads=attentions[0].shape[0])
+        attended = [weights.gather(2, looked_at[..., None])[..., 0] for weights in attentions]
+    else:
+        shown = torch.zeros(len(answer), len(image_positions))  # [answer tokens, cells]: 1 where the token writes it
+        for token, cells in enumerate(spans):
+            shown[token, cells] = 1.0
+        attended = [(weights * shown).sum(-1) for weights in attentions]
     alignment_loss = -torch.stack([torch.log(weights + 1e-6).mean() for weights in attended]).mean()
     return answer_loss, glyph_loss, alignment_loss
 
@@ -354,9 +381,9 @@ def train_merges(target_dir: Path | str, reader: FirstPhase, config: ReaderConfi
     The reader in `reader.target` (trained as `config`'s first phases: `train_reader`) is grown into the target of
     `target_dir`, whose tokenizer has merges (`grow_vocabulary`), and trained `config.merge_steps` steps on
     `config.merge_kinds`, every page's text as such a reader writes it (`trimmed`), with a fresh optimiser and page
-    stream, `config.refine_unmoved_share` of the glyphs unmoved and the alignment of each token to the cells of its
-    characters (`reading_losses`). Nothing tells the reader where a row's text ends but the page: it must count every
-    space it writes from the glyphs, as a reader of laid-out text must.
+    stream, `config.refine_unmoved_share` of the glyphs unmoved and each head aligned with one character of the token
+    or of those after it (`reading_losses` with `slots`). Nothing tells the reader where a row's text ends but the
+    page: it must count every space it writes from the glyphs, as a reader of laid-out text must.
 
     Returns:
         The `ReaderReport` of the whole reading: the first phases' curve and time (`reader.report`), then this
@@ -376,7 +403,7 @@ def train_merges(target_dir: Path | str, reader: FirstPhase, config: ReaderConfi
             model, processor, config, kinds=config.merge_kinds, steps=config.merge_steps,
             learning_rate=config.merge_learning_rate, seed=config.seed + _MERGE_SEED, refining=True,
             measured_at=_measured_steps(config.merge_steps, _REFINE_CHECKPOINTS), curve=curve, examples=examples,
-            held_out_score=held_out_score, checkpoints=checkpoints, page_text=trimmed, name="merge")
+            held_out_score=held_out_score, checkpoints=checkpoints, page_text=trimmed, name="merge", slots=True)
         zero_padding_rows(model, tokenizer_size=len(processor.tokenizer))
         examples += config.merge_steps * config.examples_per_step
         for handle in noise:
@@ -402,13 +429,14 @@ _REFINE_SEED = 100  # added to the seed for the refining's pages, prompts and gl
 def _train_phase(model, processor, config: ReaderConfig, *, kinds: tuple[str, ...], steps: int, learning_rate: float,
                  seed: int, refining: bool, measured_at: set[int], curve: list, examples: int, held_out_score,
                  checkpoints: Checkpoints | None, page_text: Callable[[ReadingPage], ReadingPage] = lambda page: page,
-                 name: str | None = None) -> tuple[list[float], float]:
+                 name: str | None = None, slots: bool = False) -> tuple[list[float], float]:
     """One phase of `train_reader`: `steps` steps of `config.examples_per_step` pages of `kinds`, a glyph head of
     its own, the curve measured before each step of `measured_at` and appended to `curve`. Returns every step's loss
     and the training's seconds, the measuring's excluded. A refining phase leaves `config.refine_unmoved_share` of
     its pages' glyphs unmoved (`Ink.random`); the first phase moves every glyph. Each page is trained on as
-    `page_text` gives it (`trimmed`: rows as a reader of merges writes them). With `checkpoints` it saves its
-    progress as `name` (default `read` or `refine`) and resumes from it, skipping the pages already drawn.
+    `page_text` gives it (`trimmed`: rows as a reader of merges writes them), aligned by `slots` if set. With
+    `checkpoints` it saves its progress as `name` (default `read` or `refine`) and resumes from it, skipping the
+    pages already drawn.
 
     A refining phase's glyph head starts at zero: a random head on a trained reader's features would send
     gradients of a loss of about 15 into them; a zero head sends none until it has learnt something."""
@@ -428,8 +456,9 @@ def _train_phase(model, processor, config: ReaderConfig, *, kinds: tuple[str, ..
             record["curve"].append((examples + step * config.examples_per_step, held_out_score().cer))
             record["measuring"] += time.perf_counter() - start
         chosen = range(step * config.examples_per_step, (step + 1) * config.examples_per_step)
-        parts = torch.stack([torch.stack(reading_losses(model, glyph_head, processor, page, config.prompts[prompts[i]]))
-                             for i, page in zip(chosen, itertools.islice(pages, config.examples_per_step))]).mean(0)
+        parts = torch.stack([
+            torch.stack(reading_losses(model, glyph_head, processor, page, config.prompts[prompts[i]], slots=slots))
+            for i, page in zip(chosen, itertools.islice(pages, config.examples_per_step))]).mean(0)
         answer, glyph, alignment = parts
         loss = answer + config.glyph_weight * glyph + config.alignment_weight * alignment
         return loss, {"answer": answer.item(), "glyph": glyph.item(), "align": alignment.item(),
