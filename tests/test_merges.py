@@ -37,6 +37,9 @@ def test_the_merging_sizes_are_the_real_pair_s_regime_scaled_down():
     merging = ReaderConfig(**MERGING_READ)
     assert merging.options()["merge_steps"] == MERGING_READ["merge_steps"]
     assert merging.character_reader_options() == ReaderConfig().options()
+    assert merging.options()["merge_alignment"] == "slots"  # a checkpoint of merges aligned otherwise is refused
+    with pytest.raises(ValueError, match="merge_alignment='rows': choose one of slots, cells"):
+        ReaderConfig(merge_alignment="rows")
 
 
 def test_a_page_s_trimmed_text_is_what_a_reader_of_unpadded_rows_writes():

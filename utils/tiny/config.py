@@ -18,7 +18,8 @@ from utils.pipeline.preprocessing.prompt import DEFAULT_PROMPT
 from utils.tiny.tokenizer import BYTE_VOCABULARY, PRE_TOKENIZERS
 
 __all__ = ["BUILD_STAMP", "READING_PAIR", "READING_DISTILL", "MERGING_PAIR", "MERGING_READ", "MERGING_DISTILL",
-           "TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig", "Checkpoints", "BUILDER_VERSION"]
+           "MERGE_ALIGNMENTS", "TinyPairConfig", "PretrainConfig", "ReaderConfig", "DistillConfig", "Checkpoints",
+           "BUILDER_VERSION"]
 
 BUILD_STAMP = "tiny-pair.json"  # written into every pair folder: the options it was built with
 BUILDER_VERSION = 5  # bump when the builder's output changes, so pairs built by older code are rebuilt
@@ -151,6 +152,7 @@ READING_DISTILL = {"page_style": "typewriter", "prompts": (DEFAULT_PROMPT,), "ma
 # (`merge_steps`), and the draft distils on the pages it learnt them on (`MERGING_KINDS`). With 768 tokens the reader
 # learnt slower; with GPT-2's pre-tokenizer it lost its place in runs of spaces merged into one token
 # (docs/tiny-pair.md).
+MERGE_ALIGNMENTS = ("slots", "cells")  # `ReaderConfig.merge_alignment`
 MERGING_PAIR = {"tokenizer_vocab_size": 512, "draft_vocab_size": 256, "block_size": 15, "pre_tokenizer": "letters"}
 MERGING_READ = {"merge_steps": 12000}  # about 100 minutes on one core
 MERGING_DISTILL = {"page_kinds": MERGING_KINDS}
@@ -246,6 +248,10 @@ class ReaderConfig:
     merge_steps: int = 0
     merge_kinds: tuple[str, ...] = MERGING_KINDS
     merge_learning_rate: float = 1e-3
+    # How the alignment tells a merge's writer where to look (`MERGE_ALIGNMENTS`): "slots", head h of each
+    # full-attention layer at the token's character h, then at the characters after it; "cells", every head at all of
+    # the token's cells, as before slots (docs/tiny-pair.md compares them).
+    merge_alignment: str = "slots"
 
     def __post_init__(self):
         _check_counts_and_prompts(self, ("steps", "examples_per_step", "checkpoints", "held_out_pages"))
@@ -256,6 +262,9 @@ class ReaderConfig:
             raise ValueError("ReaderConfig: kinds, refine_kinds and merge_kinds must not be empty")
         if self.merge_steps < 0:
             raise ValueError(f"ReaderConfig: merge_steps={self.merge_steps} must be >= 0")
+        if self.merge_alignment not in MERGE_ALIGNMENTS:
+            raise ValueError(f"ReaderConfig: merge_alignment={self.merge_alignment!r}: choose one of "
+                             f"{', '.join(MERGE_ALIGNMENTS)}")
         if self.merge_learning_rate <= 0:
             raise ValueError(f"ReaderConfig: merge_learning_rate={self.merge_learning_rate} must be > 0")
         if self.refine_steps < 0:

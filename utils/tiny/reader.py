@@ -381,9 +381,10 @@ def train_merges(target_dir: Path | str, reader: FirstPhase, config: ReaderConfi
     The reader in `reader.target` (trained as `config`'s first phases: `train_reader`) is grown into the target of
     `target_dir`, whose tokenizer has merges (`grow_vocabulary`), and trained `config.merge_steps` steps on
     `config.merge_kinds`, every page's text as such a reader writes it (`trimmed`), with a fresh optimiser and page
-    stream, `config.refine_unmoved_share` of the glyphs unmoved and each head aligned with one character of the token
-    or of those after it (`reading_losses` with `slots`). Nothing tells the reader where a row's text ends but the
-    page: it must count every space it writes from the glyphs, as a reader of laid-out text must.
+    stream, `config.refine_unmoved_share` of the glyphs unmoved and the alignment `config.merge_alignment` names
+    (`reading_losses`: by slots, each head with one character of the token or of those after it). Nothing tells the
+    reader where a row's text ends but the page: it must count every space it writes from the glyphs, as a reader of
+    laid-out text must.
 
     Returns:
         The `ReaderReport` of the whole reading: the first phases' curve and time (`reader.report`), then this
@@ -403,7 +404,8 @@ def train_merges(target_dir: Path | str, reader: FirstPhase, config: ReaderConfi
             model, processor, config, kinds=config.merge_kinds, steps=config.merge_steps,
             learning_rate=config.merge_learning_rate, seed=config.seed + _MERGE_SEED, refining=True,
             measured_at=_measured_steps(config.merge_steps, _REFINE_CHECKPOINTS), curve=curve, examples=examples,
-            held_out_score=held_out_score, checkpoints=checkpoints, page_text=trimmed, name="merge", slots=True)
+            held_out_score=held_out_score, checkpoints=checkpoints, page_text=trimmed, name="merge",
+            slots=config.merge_alignment == "slots")
         zero_padding_rows(model, tokenizer_size=len(processor.tokenizer))
         examples += config.merge_steps * config.examples_per_step
         for handle in noise:
