@@ -145,3 +145,26 @@ def test_the_letters_pre_tokenizer_merges_inside_words_only_and_keeps_the_byte_i
         TinyPairConfig(pre_tokenizer="bpe")
     assert "pre_tokenizer" not in TinyPairConfig().options()  # pairs built before the option record none
     assert TinyPairConfig(pre_tokenizer="letters").options()["pre_tokenizer"] == "letters"
+
+
+def test_the_letters_tokenizer_converts_to_openvino_as_it_splits_text(random_merging_pair, tmp_path):
+    """The runtime reads prompts and writes answers with the converted tokenizer: on held-out pages, the pages
+    written by hand and laid out by hand, runs of spaces, digits and non-ASCII text, it encodes and decodes as the
+    Hugging Face tokenizer does."""
+    import openvino_genai as ov_genai
+    from transformers import AutoTokenizer
+
+    from utils.export.tokenizer import export_tokenizer
+    from utils.pages.written_pages import LAYOUT_TEXTS, written_pages
+
+    export_tokenizer(random_merging_pair.target, tmp_path)
+    hf_tokenizer = AutoTokenizer.from_pretrained(random_merging_pair.target)
+    ov_tokenizer = ov_genai.Tokenizer(str(tmp_path))
+    texts = ["Text Recognition:", "  three\n    four  five", "eggs x12 ........ 3.49",
+             "naïve café, 東京 €1.234,56",
+             *(page.text for page in reading_pages(6, seed=0, split="held-out")),
+             *(page.text for page in written_pages()), *(page.text for page in written_pages(LAYOUT_TEXTS))]
+    for text in texts:
+        ids = hf_tokenizer(text)["input_ids"]
+        assert ov_tokenizer.encode(text).input_ids.data[0].tolist() == ids, text
+        assert ov_tokenizer.decode(ids) == hf_tokenizer.decode(ids) == text
