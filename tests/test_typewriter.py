@@ -200,7 +200,17 @@ def test_the_pages_own_texts_joined_are_the_typed_texts_rows(paragraph):
     assert joined_reading([page_text(lines) for lines in typed_pages_lines(paragraph)]) == paragraph
     typed = "one\n\n\n\n\n\n\nafter six blank rows\n  indented"  # blank rows end page 1, open page 2
     assert joined_reading([page_text(lines) for lines in typed_pages_lines(typed)]) == typed
-    assert joined_reading(["ab  \n    ", "  c \nd   \n    \n    "]) == "ab\n\n  c\nd"
+    assert joined_reading(["ab  \n    ", "  c \nd   \n    \n    "], rows=2) == "ab\n\n  c\nd"
+
+
+def test_readings_of_unpadded_rows_join_into_the_typed_texts_rows(paragraph):
+    """A reader of unpadded rows stops after a page's last written row: the blank rows that end a full page are given
+    back, so a paragraph break at a page's end is kept; the last page's are padding."""
+    typed = "one\ntwo\n\n\n\n\nafter four blank rows"  # page 1 ends with four blank rows
+    for text in (paragraph, typed, "one\n\n\n\n\n\n\nafter six blank rows\n  indented"):
+        pages = [joined_reading([page_text(lines)]) for lines in typed_pages_lines(text)]
+        assert all(page == page.rstrip() for page in pages) and joined_reading(pages) == text
+    assert joined_reading(["ab", "  c\nd"], rows=2) == "ab\n\n  c\nd"
 
 
 def test_saved_pages_sort_in_reading_order(tmp_path):

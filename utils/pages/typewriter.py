@@ -204,17 +204,20 @@ def save_typed_pages(text: str, folder: Path | str) -> list[Path]:
     return paths
 
 
-def joined_reading(readings: list[str]) -> str:
+def joined_reading(readings: list[str], *, rows: int = PAGE_ROWS) -> str:
     """The readings of a typed text's pages, in order, joined as the text reads: the pages' rows joined by
-    newlines, each row without its trailing spaces (the reader writes every row padded to the page's width) and
-    the blank rows after the last written row dropped (the last page's padding).
+    newlines, each row without its trailing spaces (a reader of padded rows writes every row to the page's width)
+    and the blank rows after the last written row dropped (the last page's padding). Every page but the last is a
+    full page of `rows` rows (`typed_pages_lines`), so a reading of one that stops after its last written row (a
+    reader of unpadded rows) is given back the blank rows it did not write: a blank row that ends a page stays.
 
     That is the typed text's rows: `joined_reading` of the pages' own texts (`page_text` of each of
-    `typed_pages_lines(text)`) is the text as wrapped, its rows joined by newlines, which a joined reading is
-    scored against. A reading that lost its place keeps what it wrote; the score shows it.
+    `typed_pages_lines(text)`, padded or `trimmed`) is the text as wrapped, its rows joined by newlines, which a
+    joined reading is scored against. A reading that lost its place keeps what it wrote; the score shows it.
     """
-    rows = "\n".join(readings).split("\n")
-    return "\n".join(row.rstrip() for row in rows).rstrip("\n")
+    pages = [reading.split("\n") for reading in readings]
+    pages = [page + [""] * (rows - len(page)) for page in pages[:-1]] + pages[-1:]
+    return "\n".join(row.rstrip() for page in pages for row in page).rstrip("\n")
 
 
 class Ink:
