@@ -115,7 +115,7 @@ def test_the_merges_train_the_grown_reader_and_continue_the_reading_s_curve(rand
     assert report.examples == start.report["examples"] + 2 * config.examples_per_step
     assert [list(point) for point in report.curve[:len(start.report["curve"]) - 1]] == start.report["curve"][:-1]
     assert report.train_seconds > start.report["train_seconds"] and report.first_loss == start.report["first_loss"]
-    assert {"prose", "look-alikes", "layout"} <= set(report.held_out.cer_by_kind)
+    assert {"prose", "look-alikes", "layout", "made-up-words"} <= set(report.held_out.cer_by_kind)
     from safetensors.torch import load_file
 
     weights = load_file(target / "model.safetensors")

@@ -225,6 +225,23 @@ def test_saved_pages_sort_in_reading_order(tmp_path):
         save_typed_pages("one page", tmp_path / "pages")
 
 
+def test_made_up_words_are_words_no_corpus_holds_and_a_merging_reader_learns_on_them():
+    """Made-up words (`WORD_KINDS`) are letters in the shape of words, some capitalised or followed by punctuation,
+    and hardly ever a corpus word (one in 30 at most): a reader of merges meets every fourth page of them."""
+    import re
+
+    from utils.pages.reading_pages import MERGING_KINDS, WORD_KINDS, _words
+
+    corpus = {word.lower() for word in _words()}
+    rows = [row for page in reading_pages(40, seed=3, kinds=WORD_KINDS) for row in page.text.split("\n")]
+    words = [word for row in rows for word in row.split()]
+    assert all(re.fullmatch(r"[A-Za-z]+[,.;:!?]?", word) for word in words) and len(words) > 400
+    bare = [word.rstrip(",.;:!?") for word in words]
+    assert sum(word.lower() in corpus for word in bare) <= len(bare) // 30
+    assert any(word[0].isupper() for word in bare) and any(word != bare_word for word, bare_word in zip(words, bare))
+    assert MERGING_KINDS[3::4] == WORD_KINDS * (len(MERGING_KINDS) // 4)
+
+
 def test_layout_rows_are_laid_out_with_spaces_and_pages_written_so_fit_the_page():
     """The layout kind gives what a reader of unpadded rows must place from the page alone: rows indented by 1-8
     spaces, runs of at least two spaces inside a row, and centred titles; every row fits the page. The pages written

@@ -28,7 +28,7 @@ from utils.pages.samples import CORPUS_PATH, SamplePage, sample_rows
 from utils.pages.typewriter import GLYPHS, PAGE_ROWS, PAGE_WIDTH, Ink, fit_page, page_text, render_typewriter_page
 
 __all__ = ["PAGE_KINDS", "UNPREDICTABLE_KINDS", "TRAINING_KINDS", "HARD_KINDS", "REFINING_KINDS", "LAYOUT_KINDS",
-           "MERGING_KINDS", "LOOK_ALIKE_CLASSES", "SPLITS", "SAMPLE_SEED", "SAMPLE_PAGE_COUNT", "ReadingPage",
+           "WORD_KINDS", "MERGING_KINDS", "LOOK_ALIKE_CLASSES", "SPLITS", "SAMPLE_SEED", "SAMPLE_PAGE_COUNT", "ReadingPage",
            "iter_reading_pages", "reading_pages", "line_split", "sample_pages", "unpredictable_sample_pages"]
 
 SPLITS = ("train", "held-out")
@@ -202,6 +202,27 @@ def _symbols(rng, width):
     return _wrapped(run, width)
 
 
+# Syllables of made-up words that look like English ones: the merges a tokenizer learnt from words, in words no
+# corpus holds, so that a reader of merged tokens reads their letters instead of recalling the words it knows.
+_ONSETS = ("", "b", "bl", "br", "c", "ch", "cl", "cr", "d", "dr", "f", "fl", "fr", "g", "gl", "gr", "h", "j", "k", "l",
+           "m", "n", "p", "pl", "pr", "qu", "r", "s", "sh", "sk", "sl", "sp", "st", "str", "t", "th", "tr", "v", "w",
+           "wh", "y", "z")
+_VOWELS = ("a", "e", "i", "o", "u", "y", "ai", "ea", "ee", "ie", "oa", "oo", "ou")
+_CODAS = ("", "", "b", "ck", "d", "ff", "g", "ll", "lt", "m", "n", "nd", "ng", "nk", "nt", "p", "r", "rd", "s", "ss",
+          "st", "t", "tch", "th", "x", "ze")
+
+
+def _made_up_words(rng, width):
+    """Made-up words of one to three syllables (`_ONSETS`, `_VOWELS`, `_CODAS`), some capitalised, some followed by
+    punctuation: letters in the shapes of words, none of them a corpus word a reader could recall."""
+    def word() -> str:
+        text = "".join(str(rng.choice(_ONSETS)) + str(rng.choice(_VOWELS)) + str(rng.choice(_CODAS))
+                       for _ in range(int(rng.choice([1, 2, 3], p=[0.45, 0.4, 0.15]))))
+        text = text.capitalize() if rng.integers(0, 4) == 0 else text
+        return text + (str(rng.choice([",", ".", ";", ":", "!", "?"])) if rng.integers(0, 6) == 0 else "")
+    return _wrapped(word, width)
+
+
 def _mixed_case(rng, width):
     """Strings of letters in random case with digits: like serial numbers, keys and passwords."""
     alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -324,7 +345,7 @@ _KINDS = {"prose": _prose, "numbers": _numbers, "receipt": _receipt, "table": _t
           "letter": _letter, "two-columns": _two_columns, "random": _random_ascii, "code": _code,
           "bordered-table": _bordered_table, "symbols": _symbols, "mixed-case": _mixed_case,
           "look-alikes": _look_alikes, "digit-grid": _digit_grid, "repeats": _repeats, "formulas": _formulas,
-          "layout": _layout}
+          "layout": _layout, "made-up-words": _made_up_words}
 PAGE_KINDS = ("prose", "numbers", "receipt", "table", "form", "letter", "two-columns")  # documents
 UNPREDICTABLE_KINDS = ("random", "code", "bordered-table", "symbols", "mixed-case")  # nothing a prior can guess
 # What a reader trains on: as many unpredictable pages as document pages, so that it reads rather than recites.
@@ -337,8 +358,11 @@ REFINING_KINDS = tuple(kind for index, trained in enumerate(TRAINING_KINDS)
 # Rows laid out with runs of spaces (indentation, aligned columns, centred titles): what a reader that writes rows
 # without their trailing spaces must place from the page alone.
 LAYOUT_KINDS = ("layout",)
-# What a reader learns to write merged tokens of unpadded rows on: the refining's kinds, every other page laid out.
-MERGING_KINDS = tuple(kind for refined in REFINING_KINDS for kind in (refined, *LAYOUT_KINDS))
+# What a reader learns to write merged tokens of unpadded rows on: the refining's kinds, every other page laid out or
+# of made-up words (`WORD_KINDS`: merges in words no corpus holds, as text written elsewhere has them).
+WORD_KINDS = ("made-up-words",)
+MERGING_KINDS = tuple(kind for index, refined in enumerate(REFINING_KINDS)
+                      for kind in (refined, (*LAYOUT_KINDS, *WORD_KINDS)[index % 2]))
 
 
 def line_split(line: str) -> str:

@@ -43,7 +43,8 @@ import numpy as np
 import torch
 
 from utils.evaluation.character_error_rate import character_error_rate
-from utils.pages.reading_pages import HARD_KINDS, LAYOUT_KINDS, ReadingPage, iter_reading_pages, reading_pages
+from utils.pages.reading_pages import (HARD_KINDS, LAYOUT_KINDS, WORD_KINDS, ReadingPage, iter_reading_pages,
+                                       reading_pages)
 from utils.contract.target import TARGET_CONFIG, TYPEWRITER_PAGE
 from utils.pages.typewriter import CELL, PAGE_ROWS, PAGE_WIDTH, Ink, grid_text, joined_reading, text_cells
 from utils.tiny.config import Checkpoints, ReaderConfig
@@ -389,7 +390,7 @@ def train_merges(target_dir: Path | str, reader: FirstPhase, config: ReaderConfi
     Returns:
         The `ReaderReport` of the whole reading: the first phases' curve and time (`reader.report`), then this
         training's; its held-out score is measured as `train_reader`'s, on the trimmed pages, and by kind on as many
-        pages of `HARD_KINDS` and of `LAYOUT_KINDS`.
+        pages of `HARD_KINDS`, of `LAYOUT_KINDS` and of `WORD_KINDS`.
     """
     checkpoints = checkpoints and checkpoints.stamped("read", config.options())
     target_dir = Path(target_dir)
@@ -413,7 +414,7 @@ def train_merges(target_dir: Path | str, reader: FirstPhase, config: ReaderConfi
         score = held_out_score()
         curve.append((examples, score.cer))
         by_kind = score.cer_by_kind
-        for kinds in (HARD_KINDS, LAYOUT_KINDS):
+        for kinds in (HARD_KINDS, LAYOUT_KINDS, WORD_KINDS):
             by_kind |= held_out_score([trimmed(page) for page in reading_pages(
                 config.held_out_pages, seed=config.seed, split="held-out", kinds=kinds)]).cer_by_kind
         model.eval()
