@@ -369,11 +369,11 @@ def test_a_reader_training_cut_short_resumes_to_the_bits_of_one_that_ran_through
     checkpoints = Checkpoints(tmp_path / "checkpoints", options={}, every=1)  # the reader stamps its own options
     losses, calls = reader.reading_losses, []
 
-    def cut_at_the_refinings_second_step(*args):
+    def cut_at_the_refinings_second_step(*args, **options):
         calls.append(args)
         if len(calls) == 4:
             raise KeyboardInterrupt
-        return losses(*args)
+        return losses(*args, **options)
 
     monkeypatch.setattr(reader, "reading_losses", cut_at_the_refinings_second_step)
     with pytest.raises(KeyboardInterrupt):
