@@ -2,14 +2,16 @@
 kinds of text that no language model can predict.
 
 Every page is drawn from a seed (the same seed gives the same page everywhere) as a typewriter page
-(`utils.pages.typewriter`): one character per image token, read row by row. The seven document kinds
-(`PAGE_KINDS`) take their words from the shipped corpus; names, numbers, amounts, dates and percentages are random.
-The unpredictable kinds (`UNPREDICTABLE_KINDS`: uniformly random printable ASCII, code with made-up names, bordered
+(`utils.pages.typewriter`): one character per image token, read row by row. The seven document kinds (`PAGE_KINDS`)
+take their words from the shipped corpus; names, numbers, amounts, dates and percentages are random. The
+unpredictable kinds (`UNPREDICTABLE_KINDS`: uniformly random printable ASCII, code with made-up names, bordered
 tables, symbol runs, mixed-case strings) give a reader nothing to recite: it must read every glyph and keep its
 place by where it is on the page, not by what it expects to write. A reader trains on both (`TRAINING_KINDS`), and
-on pages with blank rows and short lines (`sparse_share`), which any text that fits the grid gives. Each row belongs
-to one split by a hash of its text, so a held-out page shows only rows that no training page can show: "text never
-seen in training" holds by construction, whatever the number of training pages. No row of a sample page
+on pages with blank rows and short lines (`sparse_share`), which any text that fits the grid gives; a reader of
+merged tokens also on rows laid out with runs of spaces (`LAYOUT_KINDS`) and on made-up words (`WORD_KINDS`), whose
+letters it must read because no corpus taught it the words (`MERGING_KINDS`). Each row belongs to one split by a
+hash of its text, so a held-out page shows only rows that no training page can show: "text never seen in training"
+holds by construction, whatever the number of training pages. No row of a sample page
 (`utils.pages.samples.sample_rows`) is ever generated.
 """
 
@@ -28,8 +30,9 @@ from utils.pages.samples import CORPUS_PATH, SamplePage, sample_rows
 from utils.pages.typewriter import GLYPHS, PAGE_ROWS, PAGE_WIDTH, Ink, fit_page, page_text, render_typewriter_page
 
 __all__ = ["PAGE_KINDS", "UNPREDICTABLE_KINDS", "TRAINING_KINDS", "HARD_KINDS", "REFINING_KINDS", "LAYOUT_KINDS",
-           "WORD_KINDS", "MERGING_KINDS", "LOOK_ALIKE_CLASSES", "SPLITS", "SAMPLE_SEED", "SAMPLE_PAGE_COUNT", "ReadingPage",
-           "iter_reading_pages", "reading_pages", "line_split", "sample_pages", "unpredictable_sample_pages"]
+           "WORD_KINDS", "MERGING_KINDS", "LOOK_ALIKE_CLASSES", "SPLITS", "SAMPLE_SEED", "SAMPLE_PAGE_COUNT",
+           "ReadingPage", "iter_reading_pages", "reading_pages", "line_split", "sample_pages",
+           "unpredictable_sample_pages"]
 
 SPLITS = ("train", "held-out")
 _HELD_OUT_SHARE = 8  # one row in 8 belongs to the held-out split

@@ -152,10 +152,10 @@ READING_DISTILL = {"page_style": "typewriter", "prompts": (DEFAULT_PROMPT,), "ma
 # (`merge_steps`), and the draft distils on the pages it learnt them on (`MERGING_KINDS`). With 768 tokens the reader
 # learnt slower; with GPT-2's pre-tokenizer it lost its place in runs of spaces merged into one token
 # (docs/tiny-pair.md).
-MERGE_ALIGNMENTS = ("slots", "cells")  # `ReaderConfig.merge_alignment`
 MERGING_PAIR = {"tokenizer_vocab_size": 512, "draft_vocab_size": 256, "block_size": 15, "pre_tokenizer": "letters"}
 MERGING_READ = {"merge_steps": 12000}  # about 100 minutes on one core
 MERGING_DISTILL = {"page_kinds": MERGING_KINDS}
+MERGE_ALIGNMENTS = ("slots", "cells")  # `ReaderConfig.merge_alignment`
 
 
 @dataclass(frozen=True)
