@@ -21,7 +21,8 @@ from utils.models import REPO_ROOT
 
 COMMANDS = ["utils.ocr", "utils.bench", "utils.export.__main__", "utils.tiny.__main__",
             "benchmarks.archive_throughput", "benchmarks.chunked_prefill", "benchmarks.confidence_reach", "benchmarks.cpu_speedup",
-            "benchmarks.engine_efficiency", "benchmarks.fc_kernels", "benchmarks.hard_pages", "benchmarks.mechanisms",
+            "benchmarks.draft_study", "benchmarks.engine_efficiency", "benchmarks.fc_kernels", "benchmarks.hard_pages",
+            "benchmarks.mechanisms",
             "benchmarks.language_model_latency", "benchmarks.margins", "benchmarks.reader_study",
             "benchmarks.real_size_dry_run", "benchmarks.seed_validation"]
 METAVARS = {"N", "X", "P", "MS", "DIR", "FILE", "RANGE", "TEXT", "JSON", "DEVICE", "ADDRESS"}
@@ -133,6 +134,8 @@ def test_ocr_pages_of_an_image_is_a_mistake(empty_models, page, capsys):
     ("benchmarks.cpu_speedup", ["--thresholds", "0.5", "2"], "argument --thresholds: 2 is out of range"),
     ("benchmarks.cpu_speedup", ["--precisions", "bf16"], "argument --precisions: invalid choice: 'bf16'"),
     ("benchmarks.cpu_speedup", ["--input-scale", "0"], "argument --input-scale: 0 is out of range"),
+    ("benchmarks.draft_study", ["--pages", "0"], "argument --pages: 0 is out of range"),
+    ("benchmarks.draft_study", ["--pair", "nope"], "argument --pair: nope does not exist"),
     ("benchmarks.engine_efficiency", ["--taus", "0.5"], "argument --taus: 0.5 is out of range"),
     ("benchmarks.margins", ["--input-scales", "0.5"], "argument --input-scales: 0.5 is out of range"),
     ("benchmarks.language_model_latency", ["--repeats", "0"], "argument --repeats: 0 is out of range"),

@@ -33,6 +33,7 @@ from utils.evaluation.acceptance import confidence_auc
 from utils.reference.modeling import DSparkDraftModel
 from utils.tiny.anchor_batch import anchor_batch, draft_index_of
 from utils.tiny.anchor_forward import forward_anchor_blocks
+from utils.tiny.block_acceptance import accepted_prefixes
 from utils.tiny.distill_data import DistillSequence
 
 __all__ = ["CalibrationReport", "ScoredDrafts", "scored_drafts", "calibrate_confidence_head", "rank_confidence"]
@@ -82,8 +83,7 @@ def scored_drafts(model: DSparkDraftModel, embed_tokens: torch.nn.Module, sequen
         probability, greedy = (model.logits(hidden) + model.markov_bias(previous)).softmax(-1).max(-1)
         label = index[batch.labels]
         hit = (greedy == label) & (label >= 0)
-        all_before = torch.cat((torch.ones_like(hit[..., :1]), hit[..., :-1]), dim=-1).long().cumprod(-1).bool()
-        scored = batch.present & all_before
+        scored, _ = accepted_prefixes(hit, batch.present)
         features.append(model.confidence_features(hidden, previous)[scored])
         probabilities.append(probability[scored])
         accepted.append(hit[scored])
