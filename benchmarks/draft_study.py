@@ -16,12 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from utils.cli import add_json_option, command_parser, existing_dir, int_at_least, write_json
+from benchmarks.tiny_pair_options import HELD_OUT_PAGES, add_held_out_pages_option, add_pair_option
+from utils.cli import add_json_option, command_parser, write_json
 
 __all__ = ["draft_study", "main"]
-
-HELD_OUT_PAGES = 40  # as `benchmarks.mechanisms` reads them
-
 
 def draft_study(pair: Path, *, pages: int = HELD_OUT_PAGES) -> dict:
     """The figures of the module docstring for the pair folder `pair` (target/, draft/)."""
@@ -67,10 +65,8 @@ def _report(figures: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("benchmarks.draft_study", __doc__.split("\n\n", 1)[1])
-    parser.add_argument("--pair", metavar="DIR", type=existing_dir,
-                        help="a tiny pair folder (target/, draft/); default: the shipped pair")
-    parser.add_argument("--pages", metavar="N", type=int_at_least(1), default=HELD_OUT_PAGES,
-                        help="held-out generated pages (the pages written by hand are read too)")
+    add_pair_option(parser)
+    add_held_out_pages_option(parser)
     add_json_option(parser, what="the figures")
     args = parser.parse_args(argv)
     from utils.tiny.pair import SHIPPED_PAIR_DIR

@@ -15,8 +15,7 @@ kernels at bf16: name the CPU with them.
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from benchmarks.tiny_pair_options import add_pair_option
 from utils.cli import add_json_option, command_parser, int_at_least, write_json
 from utils.pages.hard_pages import DIGIT_GRID_PAGES, LOOK_ALIKE_PAGES_PER_SIZE
 
@@ -25,8 +24,7 @@ __all__ = ["main"]
 
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("benchmarks.hard_pages", __doc__.split("\n\n", 1)[1])
-    parser.add_argument("--pair", metavar="DIR", type=Path,
-                        help="a tiny pair folder (target/, draft/); default: the shipped pair")
+    add_pair_option(parser)
     parser.add_argument("--per-size", metavar="N", type=int_at_least(1), default=LOOK_ALIKE_PAGES_PER_SIZE,
                         help="look-alike pages per glyph size")
     parser.add_argument("--grids", metavar="N", type=int_at_least(1), default=DIGIT_GRID_PAGES,

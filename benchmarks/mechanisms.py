@@ -22,13 +22,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from utils.cli import add_json_option, command_parser, int_at_least, write_json
+from benchmarks.tiny_pair_options import add_held_out_pages_option, add_pair_option
+from utils.cli import add_json_option, command_parser, write_json
 from utils.engine.device import PRECISIONS
 
 __all__ = ["main"]
-
-HELD_OUT_PAGES = 40  # as the shipped pair's manifest reads them (`utils.tiny.reading_report.READING_PAGES`)
-
 
 def _report(figures: dict) -> str:
     from utils.evaluation.mechanisms import goal_lines
@@ -55,10 +53,8 @@ def _report(figures: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("benchmarks.mechanisms", __doc__.split("\n\n", 1)[1])
-    parser.add_argument("--pair", metavar="DIR", type=Path,
-                        help="a tiny pair folder (target/, draft/); default: the shipped pair")
-    parser.add_argument("--pages", metavar="N", type=int_at_least(1), default=HELD_OUT_PAGES,
-                        help="held-out generated pages (the pages written by hand are read too)")
+    add_pair_option(parser)
+    add_held_out_pages_option(parser)
     parser.add_argument("--precision", choices=PRECISIONS, default="default",
                         help="target and draft precision: default, the command line's; f32, alike on every CPU")
     parser.add_argument("--device", metavar="DEVICE", default="CPU", help="the OpenVINO device")
