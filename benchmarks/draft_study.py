@@ -21,6 +21,7 @@ from utils.cli import add_json_option, command_parser, write_json
 
 __all__ = ["draft_study", "main"]
 
+
 def draft_study(pair: Path, *, pages: int = HELD_OUT_PAGES) -> dict:
     """The figures of the module docstring for the pair folder `pair` (target/, draft/)."""
     import torch

@@ -28,6 +28,7 @@ from utils.engine.device import PRECISIONS
 
 __all__ = ["main"]
 
+
 def _report(figures: dict) -> str:
     from utils.evaluation.mechanisms import goal_lines
 

@@ -13,17 +13,32 @@ Shape symbols: N sequences, A anchors, B block size.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 from utils.reference.modeling import DSparkDraftModel
-from utils.tiny.anchor_batch import anchor_batch, draft_index_of
+from utils.tiny.anchor_batch import AnchorBatch, anchor_batch, draft_index_of
 from utils.tiny.anchor_forward import forward_anchor_blocks
 from utils.tiny.distill_data import DistillSequence
 
-__all__ = ["WAYS", "accepted_prefixes", "acceptance_along_block"]
+__all__ = ["WAYS", "blocks_at_every_anchor", "accepted_prefixes", "acceptance_along_block"]
 
 WAYS = ("markov_walk", "argmax")  # with the Markov bias of the previous target token, and without it
 _SEQUENCES_PER_PASS = 4
+
+
+def blocks_at_every_anchor(model: DSparkDraftModel, embed_tokens: torch.nn.Module, sequences: list[DistillSequence]
+                           ) -> Iterator[tuple[AnchorBatch, torch.Tensor]]:
+    """The draft run at every anchor of `sequences`, a few sequences a pass: (the pass's `AnchorBatch`, its block
+    hidden states [N, A, B, H])."""
+    config = model.config
+    for start in range(0, len(sequences), _SEQUENCES_PER_PASS):
+        batch = anchor_batch(sequences[start:start + _SEQUENCES_PER_PASS], block_size=config.block_size,
+                             mask_token_id=config.mask_token_id)
+        hidden, _ = forward_anchor_blocks(model, embed_tokens(batch.block_ids), batch.target_hidden,
+                                          batch.anchor_positions)
+        yield batch, hidden
 
 
 def accepted_prefixes(hits: torch.Tensor, present: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,11 +69,7 @@ def acceptance_along_block(model: DSparkDraftModel, embed_tokens: torch.nn.Modul
     reached = {way: torch.zeros(config.block_size) for way in WAYS}
     accepted = {way: torch.zeros(config.block_size) for way in WAYS}
     anchors = 0
-    for start in range(0, len(sequences), _SEQUENCES_PER_PASS):
-        batch = anchor_batch(sequences[start:start + _SEQUENCES_PER_PASS], block_size=config.block_size,
-                             mask_token_id=config.mask_token_id)
-        hidden, _ = forward_anchor_blocks(model, embed_tokens(batch.block_ids), batch.target_hidden,
-                                          batch.anchor_positions)
+    for batch, hidden in blocks_at_every_anchor(model, embed_tokens, sequences):
         logits, labels = model.logits(hidden), index[batch.labels]
         real = batch.present[..., 0]  # a padded anchor has no first label
         anchors += int(real.sum())

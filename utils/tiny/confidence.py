@@ -31,14 +31,12 @@ import torch.nn.functional as F
 
 from utils.evaluation.acceptance import confidence_auc
 from utils.reference.modeling import DSparkDraftModel
-from utils.tiny.anchor_batch import anchor_batch, draft_index_of
-from utils.tiny.anchor_forward import forward_anchor_blocks
-from utils.tiny.block_acceptance import accepted_prefixes
+from utils.tiny.anchor_batch import draft_index_of
+from utils.tiny.block_acceptance import accepted_prefixes, blocks_at_every_anchor
 from utils.tiny.distill_data import DistillSequence
 
 __all__ = ["CalibrationReport", "ScoredDrafts", "scored_drafts", "calibrate_confidence_head", "rank_confidence"]
 
-_SEQUENCES_PER_PASS = 4
 _DIRECTION_L2 = 1.0  # ridge on standardised features: the soft labels are many, near-duplicate positions
 _SURE = 1e-7  # a probability of 1 in float32 is 1 - 1e-7 here: log-odds of about 16, not infinity
 
@@ -72,13 +70,9 @@ class CalibrationReport:
 def scored_drafts(model: DSparkDraftModel, embed_tokens: torch.nn.Module, sequences: list[DistillSequence]
                   ) -> ScoredDrafts:
     """Runs the draft at every anchor of `sequences` and keeps the positions the decoder would score."""
-    config, index = model.config, draft_index_of(model)
+    index = draft_index_of(model)
     features, probabilities, accepted = [], [], []
-    for start in range(0, len(sequences), _SEQUENCES_PER_PASS):
-        batch = anchor_batch(sequences[start:start + _SEQUENCES_PER_PASS], block_size=config.block_size,
-                             mask_token_id=config.mask_token_id)
-        hidden, _ = forward_anchor_blocks(model, embed_tokens(batch.block_ids), batch.target_hidden,
-                                          batch.anchor_positions)
+    for batch, hidden in blocks_at_every_anchor(model, embed_tokens, sequences):
         previous = batch.previous_ids
         probability, greedy = (model.logits(hidden) + model.markov_bias(previous)).softmax(-1).max(-1)
         label = index[batch.labels]
